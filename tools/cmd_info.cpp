@@ -1,0 +1,13 @@
+// Placeholder until its issue lands; replaced by the real command.
+#include <cstdio>
+
+#include "commands.hpp"
+
+namespace megamoe::tool {
+
+int cmd_info(Args) {
+  std::fprintf(stderr, "megamoe info: not built yet\n");
+  return 3;
+}
+
+}  // namespace megamoe::tool
