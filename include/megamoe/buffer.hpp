@@ -18,6 +18,10 @@ struct BufferRegion {
   std::size_t offset = 0;
   std::size_t bytes = 0;
   std::size_t alignment = 0;  // the offset is a multiple of this
+  // Row-structured regions: `rows` rows `row_pitch` bytes apart (pitch a multiple of 16 where
+  // TMA reads the rows, so scale rows may be padded past H/block). 0 for unstructured regions.
+  std::size_t rows = 0;
+  std::size_t row_pitch = 0;
 };
 
 // The exact byte layout of one rank's buffer for a configuration.
@@ -44,6 +48,9 @@ struct SymmBufferPlan {
   MoEConfig config;
   std::vector<BufferRegion> regions;  // in offset order, non-overlapping
   std::size_t total_bytes = 0;
+  // Rows of every expert pool ("route_list", "fc1_pool*", "fc2_pool*"): the largest padded
+  // route count any reachable (token count, BLOCK_M) pair can produce (docs/api.md).
+  std::int64_t pool_rows = 0;
 
   // Throws InvalidArgument when no region has that name (absent regions: e.g. "x_global" for fp8).
   const BufferRegion& region(std::string_view name) const;

@@ -36,6 +36,9 @@ inline constexpr int kNvfp4Block = 16;
 inline constexpr int kMxfp4Block = 32;
 inline constexpr int kFp8Block = 128;
 
+// Largest |x| over the finite elements: NaN and +-Inf are skipped so that they cannot move a
+// scale. Every amax in the recipes below is this one. 0 for an empty span.
+float finite_abs_max(std::span<const float> x);
 // amax / (448 * 6); 1.0 for an all-zero tensor so that zeros stay exact.
 float nvfp4_global_scale(float amax);
 // The UE4M3 block scale of the recipe: e4m3(block_amax / (6 * global)), clamped to [2^-9, 448].

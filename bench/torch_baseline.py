@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""PyTorch BF16 MoE baseline of ../shared/BENCHMARKS.md, timed on the current GPU.
+
+The unfused pipeline a user runs today: sort routes by expert -> torch._grouped_mm (W13) ->
+SwiGLU -> torch._grouped_mm (W2) -> weighted scatter-add. One GPU, all experts local. Times are
+the median of CUDA-graph replays; weights are random bf16 (never zeros). Prints one JSON object
+per line: {"preset", "tokens", "routing", "baseline_us", "impl"}.
+"""
+import argparse
+import json
+import sys
+
+PRESETS = {  # hidden, intermediate, experts, top-k  (same table as src/core/presets.cpp)
+    "h6144-e256-k8": (6144, 3072, 256, 8),
+    "dsv4-flash": (4096, 2048, 256, 6),
+    "dsv3": (7168, 2048, 256, 8),
+    "qwen3-235b": (4096, 1536, 128, 8),
+}
+
+
+def route(torch, tokens, experts, topk, routing, gen):
+    if routing == "skewed":
+        ranks = torch.arange(1, experts + 1, dtype=torch.float64)
+        p = (1.0 / ranks.pow(1.2)).expand(tokens, experts)
+        idx = torch.multinomial(p, topk, replacement=False, generator=gen)
+    else:
+        idx = torch.rand(tokens, experts, generator=gen).argsort(dim=1)[:, :topk]
+    w = torch.softmax(torch.randn(tokens, topk, generator=gen), dim=1)
+    if routing == "masked":
+        idx = torch.where(torch.rand(tokens, topk, generator=gen) < 0.2, -1, idx)
+    return idx.to(torch.int64), w.float()
+
+
+def moe_grouped(torch, x, idx, w, w13, w2):
+    experts = w13.shape[0]
+    flat = idx.reshape(-1)
+    valid = flat >= 0
+    key = torch.where(valid, flat, experts)  # masked routes sort last and are dropped
+    order = torch.argsort(key, stable=True)
+    nvalid = valid.sum()
+    # index_add_ instead of bincount: bincount synchronizes, which breaks graph capture.
+    counts = torch.zeros(experts + 1, dtype=torch.int64, device=x.device)
+    counts.index_add_(0, key, torch.ones_like(key))
+    offs = torch.cumsum(counts[:experts], 0).to(torch.int32)
+    tok = order // idx.shape[1]
+    xs = x[tok]
+    h = torch._grouped_mm(xs, w13.transpose(1, 2), offs=offs)
+    inter = h.shape[1] // 2
+    a = torch.nn.functional.silu(h[:, :inter].float()) * h[:, inter:].float()
+    a = (a * w.reshape(-1)[order].unsqueeze(1)).to(torch.bfloat16)
+    y = torch._grouped_mm(a, w2.transpose(1, 2), offs=offs)
+    keep = (torch.arange(order.numel(), device=x.device) < nvalid).unsqueeze(1)
+    y = torch.where(keep, y, torch.zeros((), dtype=y.dtype, device=y.device))
+    out = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
+    out.index_add_(0, tok, y.float())
+    return out.to(torch.bfloat16)
+
+
+def time_graph(torch, fn, reps=50):
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    for _ in range(5):
+        graph.replay()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1000.0)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--preset", default="dsv4-flash", choices=sorted(PRESETS))
+    ap.add_argument("--tokens", default="1,16,64,128,512")
+    ap.add_argument("--routing", default="uniform", choices=["uniform", "skewed", "masked"])
+    ap.add_argument("--seed", type=int, default=None)
+    args = ap.parse_args()
+    try:
+        import torch
+    except ImportError:
+        print(json.dumps({"error": "torch is not installed"}))
+        return 0
+    if not torch.cuda.is_available():
+        print(json.dumps({"error": "no CUDA GPU visible to torch"}))
+        return 0
+    hidden, inter, experts, topk = PRESETS[args.preset]
+    gen = torch.Generator().manual_seed(args.seed if args.seed is not None else torch.seed())
+    dev = torch.device("cuda")
+    w13 = (torch.randn(experts, 2 * inter, hidden, device=dev, dtype=torch.bfloat16) * 0.02)
+    w2 = (torch.randn(experts, hidden, inter, device=dev, dtype=torch.bfloat16) * 0.02)
+    for tokens in (int(t) for t in args.tokens.split(",")):
+        x = torch.randn(tokens, hidden, generator=gen).to(dev, torch.bfloat16)
+        idx, w = route(torch, tokens, experts, topk, args.routing, gen)
+        idx, w = idx.to(dev), w.to(dev)
+        impl = "torch._grouped_mm bf16"
+        try:
+            us = time_graph(torch, lambda: moe_grouped(torch, x, idx, w, w13, w2))
+        except Exception as e:  # report, never hide, a baseline that cannot run
+            print(json.dumps({"preset": args.preset, "tokens": tokens, "error": str(e)[:300]}))
+            continue
+        print(json.dumps({"preset": args.preset, "tokens": tokens, "routing": args.routing,
+                          "baseline_us": round(us, 2), "impl": impl}))
+        sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,127 @@
+// BLOCK_M from the expected tokens per expert, and the SM budget rule (docs/api.md,
+// "Heuristics"). Everything here is pure host logic; get_num_sms lives in runtime/num_sms.cpp.
+#include "megamoe/heuristics.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <charconv>
+#include <string>
+
+#include "core/heuristics_state.hpp"
+#include "core/validate.hpp"
+#include "megamoe/error.hpp"
+
+namespace megamoe {
+namespace {
+
+// Swap-AB decode kernels put tokens on the MMA N side, so the token tile can be as small as
+// the smallest wgmma N (8). Row i: BLOCK_M = kBlockMs[i] while the expected tokens per expert
+// t*R*K/E is <= kExpectedTokenLimits[i]; the last tile covers everything above.
+constexpr int kBlockMs[] = {8, 16, 32, 64, 128};
+constexpr std::int64_t kExpectedTokenLimits[] = {8, 16, 32, 64};
+constexpr std::size_t kNumRegimes = std::size(kBlockMs);
+static_assert(std::size(kExpectedTokenLimits) + 1 == kNumRegimes);
+
+std::atomic<int> g_pinned_num_sms{0};
+
+// Routes a rank's tokens generate in total, t * R * K: kept in integers so the comparison
+// with limit * E is exact (no rounding at the regime edges).
+std::int64_t global_routes(const MoEConfig& c, std::int64_t t) {
+  return t * c.num_ranks * c.shape.top_k;
+}
+
+}  // namespace
+
+int get_block_m_for_mega_moe(const MoEConfig& config, std::int64_t num_tokens_per_rank) {
+  validate::validate_config(config);
+  if (num_tokens_per_rank < 1 || num_tokens_per_rank > config.max_tokens_per_rank) {
+    throw_invalid("num_tokens_per_rank",
+                  "must be in [1, max_tokens_per_rank " +
+                      std::to_string(config.max_tokens_per_rank) + "]",
+                  std::to_string(num_tokens_per_rank));
+  }
+  const std::int64_t routes = global_routes(config, num_tokens_per_rank);
+  for (std::size_t i = 0; i + 1 < kNumRegimes; ++i) {
+    if (routes <= kExpectedTokenLimits[i] * config.shape.num_experts) return kBlockMs[i];
+  }
+  return kBlockMs[kNumRegimes - 1];
+}
+
+std::vector<int> reachable_block_ms(const MoEConfig& config) {
+  validate::validate_config(config);
+  // BLOCK_M is non-decreasing in t, so a regime is reachable iff its tile is chosen at t = 1,
+  // at t = T_max, or lies between the two.
+  const int lo = get_block_m_for_mega_moe(config, 1);
+  const int hi = get_block_m_for_mega_moe(config, config.max_tokens_per_rank);
+  std::vector<int> out;
+  for (int bm : kBlockMs) {
+    if (bm >= lo && bm <= hi) out.push_back(bm);
+  }
+  return out;
+}
+
+std::vector<std::int64_t> block_m_regime_ends(const MoEConfig& config) {
+  validate::validate_config(config);
+  std::vector<std::int64_t> ends;
+  const std::int64_t per_token = std::int64_t{config.num_ranks} * config.shape.top_k;
+  for (std::int64_t limit : kExpectedTokenLimits) {
+    // Largest t with t * R * K <= limit * E.
+    const std::int64_t t = limit * config.shape.num_experts / per_token;
+    if (t >= 1 && t < config.max_tokens_per_rank) ends.push_back(t);
+  }
+  ends.push_back(config.max_tokens_per_rank);
+  ends.erase(std::unique(ends.begin(), ends.end()), ends.end());
+  return ends;
+}
+
+void set_num_sms(int num_sms) {
+  if (num_sms < 0) {
+    throw_invalid("num_sms", "must be >= 0 (0 = all SMs minus MEGAMOE_SM_HEADROOM)",
+                  std::to_string(num_sms));
+  }
+  g_pinned_num_sms.store(num_sms, std::memory_order_relaxed);
+}
+
+namespace detail {
+int pinned_num_sms() { return g_pinned_num_sms.load(std::memory_order_relaxed); }
+}  // namespace detail
+
+int resolve_num_sms(int device_sms, int explicit_sms,
+                    std::optional<std::string_view> headroom_env) {
+  if (device_sms < 1) {
+    throw_invalid("device_sms", "must be >= 1", std::to_string(device_sms));
+  }
+  if (explicit_sms < 0) {
+    throw_invalid("num_sms", "must be >= 0 (0 = all SMs minus MEGAMOE_SM_HEADROOM)",
+                  std::to_string(explicit_sms));
+  }
+  if (explicit_sms > 0) {
+    // An explicit count is taken as given (odd counts too): the caller sized it on purpose.
+    if (explicit_sms > device_sms) {
+      throw_invalid("num_sms", "must not exceed the device's " + std::to_string(device_sms) + " SMs",
+                    std::to_string(explicit_sms));
+    }
+    return explicit_sms;
+  }
+  if (!headroom_env || headroom_env->empty()) return device_sms;
+  const std::string_view text = *headroom_env;
+  int headroom = -1;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), headroom);
+  const bool digits_only = std::all_of(text.begin(), text.end(),
+                                       [](char ch) { return ch >= '0' && ch <= '9'; });
+  if (!digits_only || ec != std::errc() || end != text.data() + text.size()) {
+    throw_invalid("MEGAMOE_SM_HEADROOM", "must be a non-negative decimal integer",
+                  "'" + std::string(text) + "'");
+  }
+  // Even reservations keep the persistent grid's SM pairs (TPC halves) whole.
+  const int rounded = headroom + (headroom % 2);
+  if (rounded >= device_sms) {
+    throw_invalid("MEGAMOE_SM_HEADROOM",
+                  "rounded up to even must stay below the device's " + std::to_string(device_sms) +
+                      " SMs",
+                  std::string(text));
+  }
+  return device_sms - rounded;
+}
+
+}  // namespace megamoe
