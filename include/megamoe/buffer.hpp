@@ -29,7 +29,8 @@ struct BufferRegion {
 // Regions (names are the contract between planner, pre-dispatch and the fused kernels):
 //   input region, written by pre-dispatch on the owning rank, read by every rank:
 //     "x"            [T_max, H] quantized tokens (bytes per row: H fp8, H/2 fp4, 2H bf16)
-//     "x_sf"         block scales, row-major [T_max, H/block] (fp8 f32 scales: 4 B each)
+//     "x_sf"         block scales, row-major [T_max, H/block] (fp8 f32 scales: 4 B each); rows
+//                    are BufferRegion::row_pitch bytes apart (padded to 16 B for TMA)
 //     "x_global"     [T_max] f32 per-token global scale (nvfp4 activations only)
 //     "topk_idx"     [T_max, K] i32, -1 = masked (padding rows [T, T_max) are all -1)
 //     "topk_weights" [T_max, K] f32 (0 on masked routes)
@@ -40,7 +41,8 @@ struct BufferRegion {
 //                    expert, each expert padded to BLOCK_M
 //     "fc1_pool", "fc1_pool_sf", "fc1_pool_global"  gathered FC1 inputs (same formats as "x")
 //     "fc2_pool", "fc2_pool_sf"                     the re-quantized intermediate [rows, I]
-//   "combine"       [K, T_max, H] bf16 (or fp8 + "combine_sf"), written by the expert owners
+//   "combine"       [K, T_max, H] bf16 (or fp8 + "combine_sf" f32 [K, T_max, H/128]), written by
+//                   the expert owners
 //   "sync"          counters and flags (cross-rank barrier, grid barrier, expert counts)
 // Pool rows are sized for the worst case reachable at each live-token count under the BLOCK_M
 // heuristic, not for the smallest BLOCK_M's worst case.
@@ -51,6 +53,9 @@ struct SymmBufferPlan {
   // Rows of every expert pool ("route_list", "fc1_pool*", "fc2_pool*"): the largest padded
   // route count any reachable (token count, BLOCK_M) pair can produce (docs/api.md).
   std::int64_t pool_rows = 0;
+  // Fields of the "sync" region, offsets from its start: "rank_barrier", "grid_barrier",
+  // "send_counts", "expert_offsets", "block_ready", "status" (docs/api.md).
+  std::vector<BufferRegion> sync_fields;
 
   // Throws InvalidArgument when no region has that name (absent regions: e.g. "x_global" for fp8).
   const BufferRegion& region(std::string_view name) const;

@@ -47,19 +47,6 @@ int get_block_m_for_mega_moe(const MoEConfig& config, std::int64_t num_tokens_pe
   return kBlockMs[kNumRegimes - 1];
 }
 
-std::vector<int> reachable_block_ms(const MoEConfig& config) {
-  validate::validate_config(config);
-  // BLOCK_M is non-decreasing in t, so a regime is reachable iff its tile is chosen at t = 1,
-  // at t = T_max, or lies between the two.
-  const int lo = get_block_m_for_mega_moe(config, 1);
-  const int hi = get_block_m_for_mega_moe(config, config.max_tokens_per_rank);
-  std::vector<int> out;
-  for (int bm : kBlockMs) {
-    if (bm >= lo && bm <= hi) out.push_back(bm);
-  }
-  return out;
-}
-
 std::vector<std::int64_t> block_m_regime_ends(const MoEConfig& config) {
   validate::validate_config(config);
   std::vector<std::int64_t> ends;
@@ -72,6 +59,17 @@ std::vector<std::int64_t> block_m_regime_ends(const MoEConfig& config) {
   ends.push_back(config.max_tokens_per_rank);
   ends.erase(std::unique(ends.begin(), ends.end()), ends.end());
   return ends;
+}
+
+std::vector<int> reachable_block_ms(const MoEConfig& config) {
+  // BLOCK_M is non-decreasing in t, so every reachable regime ends at one of these token
+  // counts, and each of them lies in a reachable regime.
+  std::vector<int> out;
+  for (std::int64_t t : block_m_regime_ends(config)) {
+    const int bm = get_block_m_for_mega_moe(config, t);
+    if (out.empty() || out.back() != bm) out.push_back(bm);
+  }
+  return out;
 }
 
 void set_num_sms(int num_sms) {

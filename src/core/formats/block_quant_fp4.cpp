@@ -72,9 +72,8 @@ void dequantize_fp4_row(const std::uint8_t* packed, const float* block_values, s
 
 }  // namespace
 
-void quantize_nvfp4(std::span<const float> x, std::int64_t rows, std::int64_t k,
-                    float global_scale, std::span<std::uint8_t> packed,
-                    std::span<std::uint8_t> scales) {
+void quantize_nvfp4(std::span<const float> x, std::int64_t rows, std::int64_t k, float global_scale,
+                    std::span<std::uint8_t> packed, std::span<std::uint8_t> scales) {
   check_nvfp4_buffers(x, rows, k, packed, scales);
   detail::check_global_scale("global_scale", global_scale);
   detail::parallel_rows(rows, k, [&](std::int64_t r0, std::int64_t r1) {
@@ -111,8 +110,9 @@ void dequantize_nvfp4(std::span<const std::uint8_t> packed, std::span<const std:
   detail::check_size("out", out.size(), rows * k);
   const auto n_global = static_cast<std::int64_t>(global_scales.size());
   if (n_global != 1 && n_global != rows) {
-    throw_invalid("global_scales", "must hold 1 (per tensor) or rows = " + to_str(rows) +
-                                       " (per row) values", to_str(n_global));
+    throw_invalid("global_scales",
+                  "must hold 1 (per tensor) or rows = " + to_str(rows) + " (per row) values",
+                  to_str(n_global));
   }
   const float* e4m3 = detail::e4m3_table();
   detail::parallel_rows(rows, k, [&](std::int64_t r0, std::int64_t r1) {

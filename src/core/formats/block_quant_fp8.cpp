@@ -13,7 +13,9 @@ namespace {
 
 using detail::to_str;
 
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
+  return (a + b - 1) / b;
+}
 
 float segment_finite_amax(const float* x, std::int64_t n, float m) {
   for (std::int64_t i = 0; i < n; ++i) {
@@ -79,8 +81,8 @@ void check_scale_buffers(Fp8ScaleKind kind, std::size_t f32_size, std::size_t ue
 }  // namespace
 
 void quantize_fp8_1x128(std::span<const float> x, std::int64_t rows, std::int64_t k,
-                        Fp8ScaleKind kind, std::span<std::uint8_t> q,
-                        std::span<float> scales_f32, std::span<std::uint8_t> scales_ue8m0) {
+                        Fp8ScaleKind kind, std::span<std::uint8_t> q, std::span<float> scales_f32,
+                        std::span<std::uint8_t> scales_ue8m0) {
   detail::check_matrix(rows, k, kFp8Block, "k");
   detail::check_size("x", x.size(), rows * k);
   detail::check_size("q", q.size(), rows * k);
@@ -99,8 +101,8 @@ void quantize_fp8_1x128(std::span<const float> x, std::int64_t rows, std::int64_
 }
 
 void quantize_fp8_128x128(std::span<const float> w, std::int64_t rows, std::int64_t k,
-                          Fp8ScaleKind kind, std::span<std::uint8_t> q,
-                          std::span<float> scales_f32, std::span<std::uint8_t> scales_ue8m0) {
+                          Fp8ScaleKind kind, std::span<std::uint8_t> q, std::span<float> scales_f32,
+                          std::span<std::uint8_t> scales_ue8m0) {
   detail::check_matrix(rows, k, kFp8Block, "k");
   detail::check_size("w", w.size(), rows * k);
   detail::check_size("q", q.size(), rows * k);
@@ -145,8 +147,8 @@ void dequantize_fp8(std::span<const std::uint8_t> q, std::int64_t rows, std::int
       const std::int64_t srow = r / block_rows;
       for (std::int64_t b = 0; b < nb; ++b) {
         const auto si = static_cast<std::size_t>(srow * nb + b);
-        const float s = kind == Fp8ScaleKind::f32 ? scales_f32[si]
-                                                  : detail::ue8m0_value(scales_ue8m0[si]);
+        const float s =
+            kind == Fp8ScaleKind::f32 ? scales_f32[si] : detail::ue8m0_value(scales_ue8m0[si]);
         const std::uint8_t* qb = q.data() + r * k + b * kFp8Block;
         float* ob = out.data() + r * k + b * kFp8Block;
         for (int i = 0; i < kFp8Block; ++i) ob[i] = e4m3[qb[i]] * s;

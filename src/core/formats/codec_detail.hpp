@@ -2,11 +2,11 @@
 // Inline bit-exact codecs shared by the scalar API and the block quantizers. Everything here is
 // plain fp32 arithmetic in the default rounding mode (round to nearest even) plus integer bit
 // manipulation, so the same steps are reproducible in CUDA without fast-math (docs/formats.md).
+#include <algorithm>
 #include <bit>
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
-#include <algorithm>
 #include <string>
 #include <thread>
 #include <vector>
@@ -15,8 +15,12 @@
 
 namespace megamoe::formats::detail {
 
-inline std::uint32_t bits_of(float x) { return std::bit_cast<std::uint32_t>(x); }
-inline float float_of(std::uint32_t u) { return std::bit_cast<float>(u); }
+inline std::uint32_t bits_of(float x) {
+  return std::bit_cast<std::uint32_t>(x);
+}
+inline float float_of(std::uint32_t u) {
+  return std::bit_cast<float>(u);
+}
 
 // |x| when x is finite, 0 otherwise: amax reductions skip NaN and +-Inf so that one non-finite
 // input cannot move the scale of its block, row or tensor.
@@ -51,7 +55,7 @@ inline std::uint8_t e4m3_code(float x) {
   const std::uint32_t a = u & 0x7FFFFFFFu;
   if (a > 0x7F800000u) return 0x7F;
   if (a >= 0x43E00000u) return static_cast<std::uint8_t>(sign | 0x7Eu);  // >= 448
-  if (a >= 0x3C800000u) {                                                  // >= 2^-6: normal
+  if (a >= 0x3C800000u) {                                                // >= 2^-6: normal
     // Round the 23-bit mantissa to 3 bits (ties to even); a carry moves into the exponent.
     const std::uint32_t r = (a + 0x7FFFFu + ((a >> 20) & 1u)) >> 20;
     return static_cast<std::uint8_t>(sign | (r - (120u << 3)));  // rebias 127 -> 7
@@ -84,13 +88,17 @@ inline float ue8m0_value(std::uint8_t s) {
 }
 
 // 2^(127-s) for s in [1, 254]: the exact reciprocal, so x * it equals x / 2^(s-127) bit for bit.
-inline float ue8m0_reciprocal(std::uint8_t s) { return exp2_exact(127 - static_cast<int>(s)); }
+inline float ue8m0_reciprocal(std::uint8_t s) {
+  return exp2_exact(127 - static_cast<int>(s));
+}
 
 // Decode tables (built once; the domains are 16 and 256 codes).
 const float* e2m1_table();  // [16]
 const float* e4m3_table();  // [256]
 
-inline std::string to_str(std::int64_t v) { return std::to_string(v); }
+inline std::string to_str(std::int64_t v) {
+  return std::to_string(v);
+}
 
 // Shared argument checks for the block quantizers.
 void check_matrix(std::int64_t rows, std::int64_t k, int block, const char* k_name);

@@ -61,20 +61,31 @@ std::uint16_t bf16_from_float(float x) {
   return static_cast<std::uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
 
-float bf16_to_float(std::uint16_t b) { return detail::float_of(static_cast<std::uint32_t>(b) << 16); }
+float bf16_to_float(std::uint16_t b) {
+  return detail::float_of(static_cast<std::uint32_t>(b) << 16);
+}
 
-float round_to_bf16(float x) { return bf16_to_float(bf16_from_float(x)); }
+float round_to_bf16(float x) {
+  return bf16_to_float(bf16_from_float(x));
+}
 
-std::uint8_t e2m1_from_float(float x) { return detail::e2m1_code(x); }
+std::uint8_t e2m1_from_float(float x) {
+  return detail::e2m1_code(x);
+}
 
 float e2m1_to_float(std::uint8_t nibble) {
-  if (nibble > 0xF) throw_invalid("nibble", "an e2m1 code is 4 bits (0..15)", std::to_string(nibble));
+  if (nibble > 0xF)
+    throw_invalid("nibble", "an e2m1 code is 4 bits (0..15)", std::to_string(nibble));
   return detail::e2m1_table()[nibble];
 }
 
-std::uint8_t e4m3_from_float(float x) { return detail::e4m3_code(x); }
+std::uint8_t e4m3_from_float(float x) {
+  return detail::e4m3_code(x);
+}
 
-float e4m3_to_float(std::uint8_t b) { return detail::e4m3_table()[b]; }
+float e4m3_to_float(std::uint8_t b) {
+  return detail::e4m3_table()[b];
+}
 
 std::uint8_t ue4m3_from_float(float x) {
   if (x < 0.0f) {
@@ -83,10 +94,16 @@ std::uint8_t ue4m3_from_float(float x) {
   return static_cast<std::uint8_t>(detail::e4m3_code(x) & 0x7Fu);  // drops the sign of -0
 }
 
-float ue4m3_to_float(std::uint8_t b) { return detail::e4m3_table()[b]; }
+float ue4m3_to_float(std::uint8_t b) {
+  return detail::e4m3_table()[b];
+}
 
-std::uint8_t ue8m0_from_float_ceil(float x) { return detail::ue8m0_ceil_code(x); }
+std::uint8_t ue8m0_from_float_ceil(float x) {
+  return detail::ue8m0_ceil_code(x);
+}
 
-float ue8m0_to_float(std::uint8_t s) { return detail::ue8m0_value(s); }
+float ue8m0_to_float(std::uint8_t s) {
+  return detail::ue8m0_value(s);
+}
 
 }  // namespace megamoe::formats

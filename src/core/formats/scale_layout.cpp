@@ -22,7 +22,9 @@ constexpr std::int64_t kTileRows = 128;
 constexpr std::int64_t kTileCols = 4;
 constexpr std::int64_t kTileBytes = kTileRows * kTileCols;
 
-std::int64_t round_up(std::int64_t v, std::int64_t m) { return (v + m - 1) / m * m; }
+std::int64_t round_up(std::int64_t v, std::int64_t m) {
+  return (v + m - 1) / m * m;
+}
 
 void check_shape(std::int64_t rows, std::int64_t cols) {
   if (rows < 0) throw_invalid("rows", "must be >= 0", to_str(rows));
@@ -45,8 +47,10 @@ std::int64_t swizzled_128x4_size(std::int64_t rows, std::int64_t cols) {
 std::int64_t swizzled_128x4_offset(std::int64_t row, std::int64_t col, std::int64_t cols) {
   if (row < 0) throw_invalid("row", "must be >= 0", to_str(row));
   if (col < 0 || col >= round_up(cols, kTileCols)) {
-    throw_invalid("col", "must lie in [0, round_up(cols, 4)) = [0, " +
-                             to_str(round_up(cols, kTileCols)) + ")", to_str(col));
+    throw_invalid(
+        "col",
+        "must lie in [0, round_up(cols, 4)) = [0, " + to_str(round_up(cols, kTileCols)) + ")",
+        to_str(col));
   }
   return offset_in_tiles(row, col, round_up(cols, kTileCols) / kTileCols);
 }

@@ -1,0 +1,149 @@
+#pragma once
+// Device mirror of the CPU codecs and recipe steps (src/core/formats/codec_detail.hpp,
+// recipe_detail.hpp; docs/formats.md). Bit for bit: every fp32 step is one explicitly rounded
+// intrinsic (__fmul_rn / __fdiv_rn / __fadd_rn) so that neither FMA contraction nor an
+// approximate division can change a result, and the encoders are the same integer recipes as on
+// the CPU rather than the hardware conversions (whose NaN bytes differ).
+#include "megamoe/common.cuh"
+
+namespace megamoe::device::exact {
+
+inline constexpr float kFltMin = 1.17549435e-38f;  // FLT_MIN (no <cfloat> under NVRTC)
+inline constexpr float kFltMax = 3.40282347e+38f;  // FLT_MAX
+
+// |x| for finite x, 0 for NaN and +-Inf: amax reductions skip non-finite values.
+MEGAMOE_DEVICE float finite_abs(float x) {
+  const float a = __uint_as_float(__float_as_uint(x) & 0x7FFFFFFFu);
+  return a <= kFltMax ? a : 0.0f;
+}
+
+// Max of two values that finite_abs produced (never NaN, never negative).
+MEGAMOE_DEVICE float amax2(float a, float b) { return a > b ? a : b; }
+
+// 2^e for e in [-149, 127], from bits (subnormal results included).
+MEGAMOE_DEVICE float exp2_exact(int e) {
+  if (e >= -126) return __uint_as_float(static_cast<u32>(e + 127) << 23);
+  return __uint_as_float(1u << (e + 149));
+}
+
+// e2m1 nibble, RNE, saturating at +-6, NaN -> 0x7. The thresholds 0.25, 0.75, ... 5 are
+// compared on the bits of |x|, which order like the values for non-NaN, non-negative floats;
+// ties go to the even code, hence the alternating > and >=.
+MEGAMOE_DEVICE u32 e2m1_code(float x) {
+  const u32 u = __float_as_uint(x);
+  const u32 a = u & 0x7FFFFFFFu;
+  if (a > 0x7F800000u) return 0x7u;
+  const u32 mag = (a > 0x3E800000u) + (a >= 0x3F400000u) + (a > 0x3FA00000u) +
+                  (a >= 0x3FE00000u) + (a > 0x40200000u) + (a >= 0x40600000u) +
+                  (a > 0x40A00000u);
+  return ((u >> 28) & 0x8u) | mag;
+}
+
+// e4m3fn byte, RNE, saturating at +-448 (Inf included), NaN -> 0x7F, signed zeros kept.
+MEGAMOE_DEVICE u32 e4m3_code(float x) {
+  const u32 u = __float_as_uint(x);
+  const u32 sign = (u >> 24) & 0x80u;
+  const u32 a = u & 0x7FFFFFFFu;
+  if (a > 0x7F800000u) return 0x7Fu;
+  if (a >= 0x43E00000u) return sign | 0x7Eu;
+  if (a >= 0x3C800000u) {
+    const u32 r = (a + 0x7FFFFu + ((a >> 20) & 1u)) >> 20;
+    return sign | (r - (120u << 3));
+  }
+  // |x| < 2^-6: adding 2^14 rounds |x| to a multiple of 2^-9 (RNE) in one fp32 addition.
+  const float y = __fadd_rn(__uint_as_float(a), 16384.0f);
+  return sign | (__float_as_uint(y) - 0x46800000u);
+}
+
+// Value of an e4m3 code with sign 0 in [0, 0x7E] (a UE4M3 scale).
+MEGAMOE_DEVICE float ue4m3_value(u32 c) {
+  const u32 e = (c >> 3) & 0xFu;
+  const u32 m = c & 7u;
+  if (e == 0) return __fmul_rn(static_cast<float>(m), 0x1p-9f);  // exact
+  return __uint_as_float(((e + 120u) << 23) | (m << 20));
+}
+
+// Smallest power of two 2^(s-127) >= x (see ue8m0_ceil_code on the CPU).
+MEGAMOE_DEVICE u32 ue8m0_ceil_code(float x) {
+  const u32 u = __float_as_uint(x);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0xFFu;
+  if (x <= 0x1p-127f) return 0u;
+  if (x > 0x1p127f) return 0xFEu;
+  const u32 exp_field = u >> 23;
+  if (exp_field == 0) return 1u;
+  return exp_field + ((u & 0x7FFFFFu) != 0 ? 1u : 0u);
+}
+
+// 2^(127-s): multiplying by it equals dividing by 2^(s-127) exactly.
+MEGAMOE_DEVICE float ue8m0_reciprocal(u32 s) { return exp2_exact(127 - static_cast<int>(s)); }
+
+// ---- recipe steps ----------------------------------------------------------------------------
+
+// NVFP4 global scale from the token's amax: amax / 2688, or 1 when that is not a normal float.
+MEGAMOE_DEVICE float nvfp4_global_from_amax(float amax) {
+  const float g = __fdiv_rn(amax, 2688.0f);
+  return g >= kFltMin ? g : 1.0f;
+}
+
+// UE4M3 code of e4m3(block_amax / (g * 6)), 0 raised to 1 (2^-9).
+MEGAMOE_DEVICE u32 nvfp4_block_code(float block_amax, float g) {
+  const float denom = __fmul_rn(g, 6.0f);
+  const u32 c = e4m3_code(__fdiv_rn(block_amax, denom));
+  return c == 0 ? 1u : c;
+}
+
+// Smallest power of two >= max(block_amax, 1e-4) / fmt_max, as a UE8M0 code.
+MEGAMOE_DEVICE u32 pow2_block_code(float block_amax, float fmt_max) {
+  const float t = __fdiv_rn(block_amax > 1e-4f ? block_amax : 1e-4f, fmt_max);
+  return ue8m0_ceil_code(t);
+}
+
+// FP8 fp32 block scale: block_amax / 448, 1 when that is 0.
+MEGAMOE_DEVICE float fp8_f32_scale(float block_amax) {
+  const float s = __fdiv_rn(block_amax, 448.0f);
+  return s > 0.0f ? s : 1.0f;
+}
+
+}  // namespace megamoe::device::exact
+
+namespace megamoe::device::exact {
+
+// e2m1_code(x / d) for one divisor d > 0 and many x, without a division per element.
+//
+// RN(|x| / d) passes the e2m1 decision threshold t (0.25, 0.75, ... 5) exactly when |x| / d
+// passes the fp32 rounding boundary next to t: t + ulp/2 for the strict thresholds, t - ulp/2 for
+// the inclusive ones (each t has a zero last mantissa bit, so ties round onto t). That boundary
+// times d has at most 25 + 24 bits, so it is exact in fp64, and the test on |x| becomes an
+// integer comparison of its bits with the smallest float above (strict) or at (inclusive) the
+// product. Equal to e2m1_code(__fdiv_rn(x, d)) for every x, NaN and Inf included.
+struct E2m1Divider {
+  u32 bound[7];  // |x| bits >= bound[k] <=> RN(|x| / d) is past threshold k
+
+  MEGAMOE_DEVICE explicit E2m1Divider(float d) {
+    const double dd = static_cast<double>(d);
+    // {boundary, strict}: strict boundaries need the first float strictly above the product.
+    constexpr double kBoundary[7] = {0.25 + 0x1p-26, 0.75 - 0x1p-25, 1.25 + 0x1p-24,
+                                     1.75 - 0x1p-24, 2.5 + 0x1p-23,  3.5 - 0x1p-23,
+                                     5.0 + 0x1p-22};
+#pragma unroll
+    for (int k = 0; k < 7; ++k) {
+      double p = __dmul_rn(kBoundary[k], dd);  // exact
+      if ((k & 1) == 0) {
+        // The next double up: every float > p is >= it, and rounding it up gives the first.
+        p = __longlong_as_double(__double_as_longlong(p) + 1);
+      }
+      bound[k] = __float_as_uint(__double2float_ru(p));
+    }
+  }
+
+  MEGAMOE_DEVICE u32 code(float x) const {
+    const u32 u = __float_as_uint(x);
+    const u32 a = u & 0x7FFFFFFFu;
+    if (a > 0x7F800000u) return 0x7u;
+    const u32 mag = (a >= bound[0]) + (a >= bound[1]) + (a >= bound[2]) + (a >= bound[3]) +
+                    (a >= bound[4]) + (a >= bound[5]) + (a >= bound[6]);
+    return ((u >> 28) & 0x8u) | mag;
+  }
+};
+
+}  // namespace megamoe::device::exact

@@ -1,0 +1,27 @@
+#pragma once
+// 16-byte global loads and stores.
+#include "megamoe/common.cuh"
+
+namespace megamoe::device::ptx {
+
+struct u32x4 {
+  u32 x, y, z, w;
+};
+
+// Read-only path for inputs that no thread of this grid writes. volatile: must stay after
+// griddep_wait (a plain asm without a memory operand could be hoisted above it).
+MEGAMOE_DEVICE u32x4 load_global_nc_16(const void* p) {
+  u32x4 v;
+  asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+MEGAMOE_DEVICE void store_global_16(void* p, u32x4 v) {
+  asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z),
+               "r"(v.w)
+               : "memory");
+}
+
+}  // namespace megamoe::device::ptx

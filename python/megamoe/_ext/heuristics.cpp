@@ -1,0 +1,32 @@
+// Block sizes and the SM budget (megamoe/heuristics.hpp).
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <optional>
+#include <string>
+
+#include "common.hpp"
+#include "megamoe/heuristics.hpp"
+
+namespace megamoe::python {
+
+void register_heuristics(nb::module_& m) {
+  m.def("get_block_m_for_mega_moe", &get_block_m_for_mega_moe, nb::arg("config"),
+        nb::arg("num_tokens_per_rank"));
+  m.def("reachable_block_ms", &reachable_block_ms, nb::arg("config"));
+  m.def("set_num_sms", &set_num_sms, nb::arg("num_sms"),
+        "pin the SM count of the persistent kernels; 0 = all SMs minus MEGAMOE_SM_HEADROOM");
+  m.def("get_num_sms", &get_num_sms, "needs a GPU");
+  m.def(
+      "resolve_num_sms",
+      [](int device_sms, int explicit_sms, std::optional<std::string> headroom_env) {
+        std::optional<std::string_view> env;
+        if (headroom_env) env = *headroom_env;
+        return resolve_num_sms(device_sms, explicit_sms, env);
+      },
+      nb::arg("device_sms"), nb::arg("explicit_sms"), nb::arg("headroom_env").none() = nb::none(),
+      "the pure rule behind get_num_sms");
+}
+
+}  // namespace megamoe::python

@@ -1,0 +1,135 @@
+// NVFP4 MegaMoE (megamoe/nvfp4_mega_moe.hpp): weight and scale transforms and the fused layer.
+// Weight sets are dicts or objects with the C++ struct's field names.
+#include <vector>
+
+#include "common.hpp"
+#include "megamoe/nvfp4_mega_moe.hpp"
+
+namespace megamoe::python {
+namespace {
+
+TensorView view_field(nb::handle obj, const char* name, DType dtype) {
+  return to_view(nb::cast<Array>(field(obj, name)), name, dtype);
+}
+
+TensorView out_field(nb::handle obj, const char* name, DType dtype) {
+  return to_view(nb::cast<MutableArray>(field(obj, name)), name, dtype);
+}
+
+Nvfp4CheckpointWeights checkpoint_of(nb::handle w, nb::handle sf_layout) {
+  Nvfp4CheckpointWeights c;
+  c.w13 = view_field(w, "w13", DType::e2m1x2);
+  c.w13_sf = view_field(w, "w13_sf", DType::ue4m3);
+  c.w13_global = view_field(w, "w13_global", DType::f32);
+  c.w2 = view_field(w, "w2", DType::e2m1x2);
+  c.w2_sf = view_field(w, "w2_sf", DType::ue4m3);
+  c.w2_global = view_field(w, "w2_global", DType::f32);
+  c.fc2_input_scale = view_field(w, "fc2_input_scale", DType::f32);
+  if (!sf_layout.is_none()) {
+    c.sf_layout = enum_arg<ScaleLayout>(sf_layout, "sf_layout");
+  } else if (has_field(w, "sf_layout")) {
+    c.sf_layout = enum_arg<ScaleLayout>(field(w, "sf_layout"), "sf_layout");
+  }
+  return c;
+}
+
+Nvfp4KernelWeights kernel_weights_of(nb::handle w, bool writable) {
+  auto get = [&](const char* name, DType dtype) {
+    return writable ? out_field(w, name, dtype) : view_field(w, name, dtype);
+  };
+  Nvfp4KernelWeights k;
+  k.w13 = get("w13", DType::u8);
+  k.w13_sf = get("w13_sf", DType::u8);
+  k.w2 = get("w2", DType::u8);
+  k.w2_sf = get("w2_sf", DType::u8);
+  k.fc1_alpha = get("fc1_alpha", DType::f32);
+  k.fc2_alpha = get("fc2_alpha", DType::f32);
+  k.fc2_input_scale = get("fc2_input_scale", DType::f32);
+  return k;
+}
+
+bool is_sequence(nb::handle h) { return nb::isinstance<nb::list>(h) || nb::isinstance<nb::tuple>(h); }
+
+void run_nvfp4(const SymmBuffer& buffer, nb::handle weights, nb::handle out, nb::handle rank,
+               nb::handle stream) {
+  std::vector<Nvfp4KernelWeights> w;
+  std::vector<Nvfp4MoEOutputs> o;
+  if (is_sequence(out)) {
+    if (!is_sequence(weights) || nb::len(weights) != nb::len(out)) {
+      throw_invalid("weights", "must be a list with one weight set per output");
+    }
+    std::vector<int> ranks;
+    if (rank.is_none()) {
+      ranks = buffer.memory->driven_ranks();
+    } else {
+      for (nb::handle r : rank) ranks.push_back(nb::cast<int>(r));
+    }
+    if (ranks.size() != nb::len(out)) {
+      throw_invalid("out", "must have one tensor per driven rank (" +
+                               std::to_string(ranks.size()) + ")",
+                    std::to_string(nb::len(out)) + " tensors");
+    }
+    std::size_t i = 0;
+    for (nb::handle item : weights) w.push_back(kernel_weights_of(item, false));
+    for (nb::handle item : out) {
+      o.push_back(Nvfp4MoEOutputs{ranks[i++],
+                                  to_view(nb::cast<MutableArray>(item), "out", DType::bf16)});
+    }
+  } else {
+    w.push_back(kernel_weights_of(weights, false));
+    o.push_back(Nvfp4MoEOutputs{rank.is_none() ? 0 : nb::cast<int>(rank),
+                                to_view(nb::cast<MutableArray>(out), "out", DType::bf16)});
+  }
+  void* s = stream_arg(stream);
+  nb::gil_scoped_release release;
+  nvfp4_mega_moe(buffer, w, o, s);
+}
+
+}  // namespace
+
+void register_nvfp4(nb::module_& m) {
+  m.def(
+      "nvfp4_kernel_weight_bytes",
+      [](const MoEConfig& config) {
+        const Nvfp4KernelWeightBytes b = nvfp4_kernel_weight_bytes(config);
+        nb::dict d;
+        d["w13"] = b.w13;
+        d["w13_sf"] = b.w13_sf;
+        d["w2"] = b.w2;
+        d["w2_sf"] = b.w2_sf;
+        return d;
+      },
+      nb::arg("config"), "byte sizes of the kernel-layout weights of one rank");
+  m.def(
+      "transform_weights_for_mega_moe",
+      [](const MoEConfig& config, nb::handle checkpoint, nb::handle out, nb::handle sf_layout,
+         nb::handle stream) {
+        const Nvfp4CheckpointWeights in = checkpoint_of(checkpoint, sf_layout);
+        const Nvfp4KernelWeights k = kernel_weights_of(out, true);
+        void* s = stream_arg(stream);
+        nb::gil_scoped_release release;
+        transform_weights_for_mega_moe(config, in, k, s);
+      },
+      nb::arg("config"), nb::arg("checkpoint"), nb::arg("out"), nb::kw_only(),
+      nb::arg("sf_layout") = nb::none(), nb::arg("stream") = nb::none(),
+      "checkpoint {w13, w13_sf, w13_global, w2, w2_sf, w2_global, fc2_input_scale} -> out "
+      "{w13, w13_sf, w2, w2_sf, fc1_alpha, fc2_alpha, fc2_input_scale} (device arrays)");
+  m.def(
+      "transform_ue4m3_sf_into_required_layout",
+      [](const Array& sf, nb::handle from_layout, const MutableArray& out, nb::handle stream) {
+        const TensorView in = to_view(sf, "sf", DType::ue4m3);
+        const ScaleLayout from = enum_arg<ScaleLayout>(from_layout, "from_layout");
+        const TensorView o = to_view(out, "out", DType::ue4m3);
+        void* s = stream_arg(stream);
+        nb::gil_scoped_release release;
+        transform_ue4m3_sf_into_required_layout(in, from, o, s);
+      },
+      nb::arg("sf"), nb::arg("from_layout"), nb::arg("out"), nb::kw_only(),
+      nb::arg("stream") = nb::none());
+  m.def("nvfp4_mega_moe", &run_nvfp4, nb::arg("buffer"), nb::arg("weights"), nb::arg("out"),
+        nb::kw_only(), nb::arg("rank") = nb::none(), nb::arg("stream") = nb::none(),
+        "Runs the fused layer on the last pre-dispatch: out bf16 [T, H] (or lists, one per "
+        "driven rank, with weights a list of kernel weight sets)");
+}
+
+}  // namespace megamoe::python
