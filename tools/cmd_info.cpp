@@ -31,8 +31,9 @@ std::size_t cache_entries(const std::filesystem::path& dir) {
 int cmd_info(Args args) {
   const Options options(args, {}, {"help"});
   if (options.has("help")) {
-    std::printf("usage: megamoe info\n\nPrints the GPU (name, architecture, SMs, memory, driver), "
-                "the NVRTC version and the kernel cache directory.\n");
+    std::printf(
+        "usage: megamoe info\n\nPrints the GPU (name, architecture, SMs, memory, driver), "
+        "the NVRTC version and the kernel cache directory.\n");
     return 0;
   }
   std::string why;
@@ -56,7 +57,8 @@ int cmd_info(Args args) {
   }
   std::printf("nvrtc: %s (targets sm_90a, sm_100a)\n", jit::nvrtc_version().c_str());
   const std::string include_dir = jit::cuda_include_dir();
-  std::printf("cuda headers: %s\n", include_dir.empty() ? "not found (set CUDA_HOME)" : include_dir.c_str());
+  std::printf("cuda headers: %s\n",
+              include_dir.empty() ? "not found (set CUDA_HOME)" : include_dir.c_str());
   const std::filesystem::path cache = jit::cache_directory();
   if (cache.empty()) {
     std::printf("kernel cache: memory only (MEGAMOE_CACHE_DIR=off or no HOME)\n");

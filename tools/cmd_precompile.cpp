@@ -114,14 +114,16 @@ int cmd_precompile(Args args) {
     base.shape = preset.shape;
     families = default_families(preset);
   } else if (!o.has("hidden")) {
-    throw_invalid("--preset", "is required unless the shape is given with --hidden, "
-                              "--intermediate, --experts and --topk");
+    throw_invalid("--preset",
+                  "is required unless the shape is given with --hidden, "
+                  "--intermediate, --experts and --topk");
   }
   base.shape.hidden = o.get_int("hidden", base.shape.hidden);
   base.shape.intermediate = o.get_int("intermediate", base.shape.intermediate);
   base.shape.num_experts = o.get_int("experts", base.shape.num_experts);
   base.shape.top_k = static_cast<int>(o.get_int("topk", base.shape.top_k));
-  if (base.shape.hidden <= 0) throw_invalid("--hidden", "must be > 0", std::to_string(base.shape.hidden));
+  if (base.shape.hidden <= 0)
+    throw_invalid("--hidden", "must be > 0", std::to_string(base.shape.hidden));
   if (base.shape.intermediate <= 0) {
     throw_invalid("--intermediate", "must be > 0", std::to_string(base.shape.intermediate));
   }
@@ -133,9 +135,10 @@ int cmd_precompile(Args args) {
   }
   const std::int64_t ranks = o.get_int("ranks", 1);
   if (ranks < 1 || base.shape.num_experts % ranks != 0) {
-    throw_invalid("--ranks", "must be >= 1 and divide the expert count " +
-                                 std::to_string(base.shape.num_experts),
-                  std::to_string(ranks));
+    throw_invalid(
+        "--ranks",
+        "must be >= 1 and divide the expert count " + std::to_string(base.shape.num_experts),
+        std::to_string(ranks));
   }
   base.num_ranks = static_cast<int>(ranks);
   base.max_tokens_per_rank = o.get_int("max-tokens", 256);
@@ -147,6 +150,15 @@ int cmd_precompile(Args args) {
   const std::vector<std::string> kernel_families =
       o.has("kernels") ? split_list(*o.get("kernels")) : std::vector<std::string>{};
 
+  for (const std::string& name : kernel_families) {
+    const auto known = runtime::kernel_families();
+    if (std::none_of(known.begin(), known.end(),
+                     [&](const runtime::KernelFamily& f) { return f.name == name; })) {
+      std::string names;
+      for (const auto& f : known) names += (names.empty() ? "" : ", ") + f.name;
+      throw_invalid("--kernels", "must list kernel families among: " + names, name);
+    }
+  }
   // Collect first, so that a bad option fails before any compile starts.
   std::vector<jit::KernelRequest> requests;
   std::vector<std::string> seen;
@@ -190,10 +202,11 @@ int cmd_precompile(Args args) {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const auto dir = jit::cache_directory();
-  std::printf("%zu kernels: %d compiled, %d already cached, %d failed, %d with spills or local "
-              "memory; %.1f s; cache %s\n",
-              requests.size(), compiled, cached, failed, flagged, seconds,
-              dir.empty() ? "disabled (nothing kept)" : dir.c_str());
+  std::printf(
+      "%zu kernels: %d compiled, %d already cached, %d failed, %d with spills or local "
+      "memory; %.1f s; cache %s\n",
+      requests.size(), compiled, cached, failed, flagged, seconds,
+      dir.empty() ? "disabled (nothing kept)" : dir.c_str());
   return failed == 0 ? 0 : 1;
 }
 

@@ -31,8 +31,8 @@ areas = frozenset(a for a in _core.areas.split(",") if a)
 
 # Functions of the GPU API, re-exported when their area is built.
 _AREA_NAMES = {
-    "buffer": ["BufferRegion", "SymmBufferPlan", "SymmBuffer", "plan_symm_buffer",
-               "get_symm_buffer_for_mega_moe"],
+    "planner": ["BufferRegion", "SymmBufferPlan", "plan_symm_buffer"],
+    "buffer": ["SymmBuffer", "get_symm_buffer_for_mega_moe"],
     "heuristics": ["get_block_m_for_mega_moe", "reachable_block_ms", "set_num_sms",
                    "get_num_sms", "resolve_num_sms"],
     "pre_dispatch": ["mega_moe_pre_dispatch", "read_and_clear_dispatch_errors"],

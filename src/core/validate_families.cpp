@@ -76,14 +76,18 @@ void validate_fp8_mega_moe(const BufferFacts& b, std::span<const Fp8ExpertWeight
     check_tensor(w.w2, field(name, "w2"), DType::e4m3,
                  {experts, {h, "hidden"}, {inter, "intermediate"}}, b.device);
     // Scale dtype follows config.fp8_scale; raw u8 bytes stand for ue8m0.
-    const auto sf_types = f32 ? std::initializer_list<DType>{DType::f32}
-                              : std::initializer_list<DType>{DType::ue8m0, DType::u8};
-    check_tensor_any(w.w13_sf, field(name, "w13_sf"), sf_types,
-                     {experts, {2 * inter / 128, "2 * intermediate / 128"}, {h / 128, "hidden / 128"}},
-                     b.device);
-    check_tensor_any(w.w2_sf, field(name, "w2_sf"), sf_types,
-                     {experts, {h / 128, "hidden / 128"}, {inter / 128, "intermediate / 128"}},
-                     b.device);
+    const auto check_sf = [&](const TensorView& t, std::string_view member,
+                              std::initializer_list<Dim> dims) {
+      if (f32) {
+        check_tensor(t, field(name, member), DType::f32, dims, b.device);
+      } else {
+        check_tensor_any(t, field(name, member), {DType::ue8m0, DType::u8}, dims, b.device);
+      }
+    };
+    check_sf(w.w13_sf, "w13_sf",
+             {experts, {2 * inter / 128, "2 * intermediate / 128"}, {h / 128, "hidden / 128"}});
+    check_sf(w.w2_sf, "w2_sf",
+             {experts, {h / 128, "hidden / 128"}, {inter / 128, "intermediate / 128"}});
   }
 }
 

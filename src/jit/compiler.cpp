@@ -25,7 +25,9 @@ bool env_flag(const char* name) {
   return v != nullptr && *v != '\0' && std::string_view(v) != "0";
 }
 
-bool verbose() { return env_flag("MEGAMOE_JIT_VERBOSE"); }
+bool verbose() {
+  return env_flag("MEGAMOE_JIT_VERBOSE");
+}
 
 // Toolkit headers enter the key by their version: the directory they live in must not.
 const std::string& toolkit_include_dir() {
@@ -227,9 +229,13 @@ std::string nvrtc_version() {
   return v.empty() ? "unavailable: this build of megamoe has no NVRTC" : v;
 }
 
-bool nvrtc_available() { return !nvrtc_version_string().empty(); }
+bool nvrtc_available() {
+  return !nvrtc_version_string().empty();
+}
 
-std::string cuda_include_dir() { return toolkit_include_dir(); }
+std::string cuda_include_dir() {
+  return toolkit_include_dir();
+}
 
 std::filesystem::path cache_directory() {
   const char* dir = std::getenv("MEGAMOE_CACHE_DIR");

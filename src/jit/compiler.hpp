@@ -24,22 +24,22 @@ struct KernelRequest {
   // The __global__ function to fetch: a name expression such as
   // "megamoe::pre_dispatch_kernel<7168, 8, 1>" (NVRTC lowers it) or an extern "C" name.
   std::string entry;
-  std::string arch = "sm_90a";        // sm_90a now; sm_100a accepted for later kernels
-  std::vector<std::string> options;   // extra NVRTC flags, e.g. "-DMEGAMOE_FOO=1"
-  std::string arguments;              // human-readable template arguments, for messages
+  std::string arch = "sm_90a";       // sm_90a now; sm_100a accepted for later kernels
+  std::vector<std::string> options;  // extra NVRTC flags, e.g. "-DMEGAMOE_FOO=1"
+  std::string arguments;             // human-readable template arguments, for messages
 };
 
 struct CompiledKernel {
-  std::string key;           // hex content hash (no paths inside; see cache_key)
-  std::string cubin;         // the SASS binary for `arch`
-  std::string lowered_name;  // mangled name of `entry` in the cubin
-  int registers = 0;         // per thread, from ptxas
-  std::size_t local_bytes = 0;   // stack frame / local memory per thread
-  std::size_t spill_bytes = 0;   // spill stores + loads reported by ptxas
-  bool from_cache = false;   // read from the disk cache instead of compiled in this process
-  double compile_ms = 0.0;   // NVRTC time when it was compiled (kept in the disk cache)
-  std::string log;           // NVRTC + ptxas log
-  std::string name;          // request name, for messages
+  std::string key;              // hex content hash (no paths inside; see cache_key)
+  std::string cubin;            // the SASS binary for `arch`
+  std::string lowered_name;     // mangled name of `entry` in the cubin
+  int registers = 0;            // per thread, from ptxas
+  std::size_t local_bytes = 0;  // stack frame / local memory per thread
+  std::size_t spill_bytes = 0;  // spill stores + loads reported by ptxas
+  bool from_cache = false;      // read from the disk cache instead of compiled in this process
+  double compile_ms = 0.0;      // NVRTC time when it was compiled (kept in the disk cache)
+  std::string log;              // NVRTC + ptxas log
+  std::string name;             // request name, for messages
 };
 
 // Hash of: the source, the content of every header it includes (recursively, from kernels/),

@@ -65,8 +65,7 @@ std::string write_entry(const std::filesystem::path& dir, const CompiledKernel& 
          << "end\n";
 
   const std::filesystem::path final_path = entry_path(dir, kernel.key);
-  const std::filesystem::path temp_path =
-      dir / ("." + kernel.key + ".tmp." + unique_suffix());
+  const std::filesystem::path temp_path = dir / ("." + kernel.key + ".tmp." + unique_suffix());
   {
     std::ofstream out(temp_path, std::ios::binary | std::ios::trunc);
     if (!out) return "cannot write " + temp_path.string();
@@ -132,7 +131,10 @@ std::optional<CompiledKernel> read_entry(const std::filesystem::path& dir, std::
   if (!in) return fail("truncated body");
   if (in.peek() != std::char_traits<char>::eof()) return fail("trailing bytes");
   if (sha256_hex(k.cubin) != field("cubin_sha256")) return fail("cubin checksum mismatch");
-  if (k.cubin.size() < 4 || k.cubin.compare(0, 4, "\x7f" "ELF") != 0) return fail("not an ELF cubin");
+  if (k.cubin.size() < 4 || k.cubin.compare(0, 4,
+                                            "\x7f"
+                                            "ELF") != 0)
+    return fail("not an ELF cubin");
   k.key = std::string(key);
   k.name = field("name");
   k.lowered_name = field("lowered_name");

@@ -10,7 +10,9 @@
 
 namespace megamoe::jit {
 
-KernelTree KernelTree::embedded() { return KernelTree{}; }
+KernelTree KernelTree::embedded() {
+  return KernelTree{};
+}
 
 KernelTree KernelTree::from_directory(std::filesystem::path root) {
   KernelTree t;
@@ -34,9 +36,9 @@ std::optional<std::string> KernelTree::read(std::string_view relative_path) cons
   }
   if (!root_) {
     const auto files = embedded_kernel_files();
-    const auto it = std::lower_bound(
-        files.begin(), files.end(), relative_path,
-        [](const EmbeddedFile& f, std::string_view p) { return f.path < p; });
+    const auto it =
+        std::lower_bound(files.begin(), files.end(), relative_path,
+                         [](const EmbeddedFile& f, std::string_view p) { return f.path < p; });
     if (it == files.end() || it->path != relative_path) return std::nullopt;
     return std::string(it->content);
   }

@@ -26,7 +26,8 @@ bool has_toolkit_headers(const std::filesystem::path& dir) {
 std::string find_cuda_include_dir() {
   for (const char* var : {"CUDA_HOME", "CUDA_PATH"}) {
     const char* root = std::getenv(var);
-    if (root != nullptr && *root != '\0' && has_toolkit_headers(std::filesystem::path(root) / "include")) {
+    if (root != nullptr && *root != '\0' &&
+        has_toolkit_headers(std::filesystem::path(root) / "include")) {
       return (std::filesystem::path(root) / "include").string();
     }
   }
@@ -37,8 +38,8 @@ std::string find_cuda_include_dir() {
   Dl_info info{};
   if (dladdr(reinterpret_cast<void*>(&nvrtcVersion), &info) != 0 && info.dli_fname != nullptr) {
     std::filesystem::path lib_dir = std::filesystem::path(info.dli_fname).parent_path();
-    for (std::filesystem::path root = lib_dir.parent_path(); !root.empty() && root != root.root_path();
-         root = root.parent_path()) {
+    for (std::filesystem::path root = lib_dir.parent_path();
+         !root.empty() && root != root.root_path(); root = root.parent_path()) {
       if (has_toolkit_headers(root / "include")) return (root / "include").string();
     }
   }
@@ -110,7 +111,8 @@ NvrtcResult nvrtc_compile(const KernelRequest& request, const IncludeClosure& he
   if (nvrtcGetProgramLogSize(program, &log_size) == NVRTC_SUCCESS && log_size > 1) {
     out.kernel.log.resize(log_size);
     nvrtcGetProgramLog(program, out.kernel.log.data());
-    out.kernel.log.resize(log_size - 1);  // drop the terminating NUL
+    // Drop the terminating NUL(s): the ptxas part of the log may bring its own.
+    while (!out.kernel.log.empty() && out.kernel.log.back() == '\0') out.kernel.log.pop_back();
   }
   if (r != NVRTC_SUCCESS) {
     out.error = nvrtcGetErrorString(r);
@@ -132,7 +134,8 @@ NvrtcResult nvrtc_compile(const KernelRequest& request, const IncludeClosure& he
   const char* lowered = nullptr;
   r = nvrtcGetLoweredName(program, request.entry.c_str(), &lowered);
   if (r != NVRTC_SUCCESS || lowered == nullptr) {
-    out.error = std::string("nvrtcGetLoweredName('") + request.entry + "'): " + nvrtcGetErrorString(r);
+    out.error =
+        std::string("nvrtcGetLoweredName('") + request.entry + "'): " + nvrtcGetErrorString(r);
     return out;
   }
   out.kernel.lowered_name = lowered;
@@ -147,7 +150,9 @@ NvrtcResult nvrtc_compile(const KernelRequest& request, const IncludeClosure& he
 
 #else
 
-std::string nvrtc_version_string() { return {}; }
+std::string nvrtc_version_string() {
+  return {};
+}
 
 NvrtcResult nvrtc_compile(const KernelRequest&, const IncludeClosure&,
                           const std::vector<std::string>&) {

@@ -10,9 +10,9 @@ namespace megamoe::jit {
 
 struct NvrtcResult {
   bool ok = false;
-  std::string error;       // NVRTC's status name when !ok
-  CompiledKernel kernel;   // cubin, lowered_name, log, resources (log only when !ok)
-  std::string ptx;         // for MEGAMOE_JIT_DUMP
+  std::string error;      // NVRTC's status name when !ok
+  CompiledKernel kernel;  // cubin, lowered_name, log, resources (log only when !ok)
+  std::string ptx;        // for MEGAMOE_JIT_DUMP
 };
 
 // `flags` as from compile_flags(); the toolkit include directory is appended here.

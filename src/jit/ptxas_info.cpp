@@ -38,13 +38,15 @@ PtxasInfo parse_ptxas_info(std::string_view log) {
     const std::string_view line = log.substr(pos, end - pos);
     pos = end + 1;
     if (!line.starts_with("ptxas")) continue;
-    if (line.find(" registers") != std::string_view::npos && line.find("Used ") != std::string_view::npos) {
+    if (line.find(" registers") != std::string_view::npos &&
+        line.find("Used ") != std::string_view::npos) {
       info.found = true;
       info.registers = std::max(info.registers, static_cast<int>(sum_before(line, " registers")));
       info.local_bytes = std::max(info.local_bytes, sum_before(line, " bytes lmem"));
     }
     info.local_bytes = std::max(info.local_bytes, sum_before(line, " bytes stack frame"));
-    info.spill_bytes += sum_before(line, " bytes spill stores") + sum_before(line, " bytes spill loads");
+    info.spill_bytes +=
+        sum_before(line, " bytes spill stores") + sum_before(line, " bytes spill loads");
   }
   return info;
 }

@@ -16,8 +16,8 @@ KernelRequest selftest_request(const SelftestShape& shape, const std::string& ar
     throw_invalid("items_per_thread", "must be >= 1 with threads * items * 4 <= 227 KB",
                   std::to_string(shape.items_per_thread));
   }
-  const std::string args = std::to_string(shape.threads) + ", " +
-                           std::to_string(shape.items_per_thread);
+  const std::string args =
+      std::to_string(shape.threads) + ", " + std::to_string(shape.items_per_thread);
   KernelRequest r;
   r.name = "selftest_cluster_axpy";
   r.entry = "megamoe::device::selftest::cluster_axpy_kernel<" + args + ">";

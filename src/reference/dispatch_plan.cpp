@@ -67,6 +67,19 @@ void validate_config(const MoEConfig& c) {
     throw_invalid("config.num_ranks", "must be >= 1 and divide num_experts",
                   std::to_string(c.num_ranks));
   }
+  if (c.side_lora) {
+    if (c.weight_format != Format::bf16 && c.weight_format != Format::mxfp4) {
+      throw_invalid("config.weight_format", "side-LoRA needs a bf16 or mxfp4 base",
+                    std::string(format_name(c.weight_format)));
+    }
+    if (c.act_format != Format::bf16) {
+      throw_invalid("config.act_format", "side-LoRA needs bf16 activations",
+                    std::string(format_name(c.act_format)));
+    }
+    if (c.lora_rank < 1) {
+      throw_invalid("config.lora_rank", "must be >= 1", std::to_string(c.lora_rank));
+    }
+  }
   // H and I are the reduction dims of FC1 and FC2 for both operands.
   require_multiple("config.shape.hidden", s.hidden, block_of(c.act_format), c.act_format,
                    "activations");
@@ -93,19 +106,6 @@ void validate_config(const MoEConfig& c) {
     if (!(a.oai_limit > 0.0f) || !std::isfinite(a.oai_limit)) {
       throw_invalid("config.activation.oai_limit", "must be finite and > 0",
                     std::to_string(a.oai_limit));
-    }
-  }
-  if (c.side_lora) {
-    if (c.weight_format != Format::bf16 && c.weight_format != Format::mxfp4) {
-      throw_invalid("config.weight_format", "side-LoRA needs a bf16 or mxfp4 base",
-                    std::string(format_name(c.weight_format)));
-    }
-    if (c.act_format != Format::bf16) {
-      throw_invalid("config.act_format", "side-LoRA needs bf16 activations",
-                    std::string(format_name(c.act_format)));
-    }
-    if (c.lora_rank < 1) {
-      throw_invalid("config.lora_rank", "must be >= 1", std::to_string(c.lora_rank));
     }
   }
 }

@@ -121,22 +121,31 @@ void random_codes_expert(QuantizedMatrix& m, std::int64_t e, float stddev, Rng& 
   constexpr float kE2m1Rms = 2.93f;
   switch (m.format) {
     case Format::nvfp4: {
-      const float g = stddev / kE2m1Rms;
-      m.global_scales[ue] = g;
+      // Block scales drawn from the ue4m3 codes in [0.75, 1.25], eight draws per random word.
+      static const std::vector<std::uint8_t> codes = [] {
+        std::vector<std::uint8_t> v;
+        for (int b = 0; b < 128; ++b) {
+          const float f = formats::ue4m3_to_float(static_cast<std::uint8_t>(b));
+          if (f >= 0.75f && f <= 1.25f) v.push_back(static_cast<std::uint8_t>(b));
+        }
+        return v;
+      }();
+      m.global_scales[ue] = stddev / kE2m1Rms;
       fill_bytes(m.packed.data() + ue * n / 2, n / 2);
-      for (std::size_t i = 0; i < ns; ++i) {
-        m.scales[ue * ns + i] =
-            formats::ue4m3_from_float(static_cast<float>(0.75 + 0.5 * rng.uniform()));
-      }
+      std::uint8_t* sc = m.scales.data() + ue * ns;
+      fill_bytes(sc, ns);
+      for (std::size_t i = 0; i < ns; ++i) sc[i] = codes[sc[i] % codes.size()];
       return;
     }
-    case Format::mxfp4:
+    case Format::mxfp4: {
+      // The power of two at or below the target, or the one above it.
+      const std::uint8_t hi = formats::ue8m0_from_float_ceil(stddev / kE2m1Rms);
       fill_bytes(m.packed.data() + ue * n / 2, n / 2);
-      for (std::size_t i = 0; i < ns; ++i) {
-        m.scales[ue * ns + i] = formats::ue8m0_from_float_ceil(
-            static_cast<float>(stddev / kE2m1Rms * (0.5 + 0.5 * rng.uniform())));
-      }
+      std::uint8_t* sc = m.scales.data() + ue * ns;
+      fill_bytes(sc, ns);
+      for (std::size_t i = 0; i < ns; ++i) sc[i] = static_cast<std::uint8_t>(hi - (sc[i] & 1));
       return;
+    }
     case Format::fp8: {
       constexpr float kSpread = 32.0f;  // codes of N(0, 32): well inside e4m3's range
       for (std::size_t i = 0; i < n; ++i) {

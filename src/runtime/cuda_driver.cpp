@@ -32,11 +32,13 @@ Loaded load() {
   void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (lib == nullptr) {
     const char* err = dlerror();
-    l.why = std::string("libcuda.so.1 not found (") + (err != nullptr ? err : "dlopen failed") + ")";
+    l.why =
+        std::string("libcuda.so.1 not found (") + (err != nullptr ? err : "dlopen failed") + ")";
     return l;
   }
   // The library is never closed: function pointers into it live as long as the process.
-  using GetProc = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
+  using GetProc =
+      CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
   auto get_proc = reinterpret_cast<GetProc>(dlsym(lib, "cuGetProcAddress_v2"));
   if (get_proc == nullptr) {
     l.why = "libcuda.so.1 has no cuGetProcAddress_v2 (driver older than CUDA 12)";

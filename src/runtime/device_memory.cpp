@@ -52,23 +52,33 @@ void DeviceBuffer::fill_bytes(unsigned char value) {
   MEGAMOE_CU(d.cuCtxSynchronize());
 }
 
-Stream::Stream() { MEGAMOE_CU(cuda::driver().cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING)); }
+Stream::Stream() {
+  MEGAMOE_CU(cuda::driver().cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING));
+}
 
 Stream::~Stream() {
   if (stream_ != nullptr) cuda::driver().cuStreamDestroy(stream_);
 }
 
-void Stream::synchronize() const { MEGAMOE_CU(cuda::driver().cuStreamSynchronize(stream_)); }
+void Stream::synchronize() const {
+  MEGAMOE_CU(cuda::driver().cuStreamSynchronize(stream_));
+}
 
-Event::Event() { MEGAMOE_CU(cuda::driver().cuEventCreate(&event_, CU_EVENT_DEFAULT)); }
+Event::Event() {
+  MEGAMOE_CU(cuda::driver().cuEventCreate(&event_, CU_EVENT_DEFAULT));
+}
 
 Event::~Event() {
   if (event_ != nullptr) cuda::driver().cuEventDestroy(event_);
 }
 
-void Event::record(CUstream stream) { MEGAMOE_CU(cuda::driver().cuEventRecord(event_, stream)); }
+void Event::record(CUstream stream) {
+  MEGAMOE_CU(cuda::driver().cuEventRecord(event_, stream));
+}
 
-void Event::synchronize() const { MEGAMOE_CU(cuda::driver().cuEventSynchronize(event_)); }
+void Event::synchronize() const {
+  MEGAMOE_CU(cuda::driver().cuEventSynchronize(event_));
+}
 
 float Event::elapsed_ms_since(const Event& start) const {
   float ms = 0.0f;

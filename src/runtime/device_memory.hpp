@@ -68,13 +68,13 @@ class Event {
 };
 
 struct DeviceProperties {
-  std::string name;             // "NVIDIA H200"
-  int major = 0, minor = 0;     // compute capability
-  std::string arch;             // "sm_90"
+  std::string name;          // "NVIDIA H200"
+  int major = 0, minor = 0;  // compute capability
+  std::string arch;          // "sm_90"
   int sm_count = 0;
-  std::size_t total_memory = 0;        // bytes
+  std::size_t total_memory = 0;         // bytes
   int max_shared_memory_per_block = 0;  // opt-in maximum, bytes
-  int driver_version = 0;              // e.g. 13000
+  int driver_version = 0;               // e.g. 13000
 };
 
 DeviceProperties device_properties(int device = 0);

@@ -6,6 +6,7 @@
 
 #include "jit/selftest_kernel.hpp"
 #include "megamoe/error.hpp"
+#include "runtime/register_pre_dispatch.hpp"
 
 namespace megamoe::runtime {
 namespace {
@@ -13,6 +14,7 @@ namespace {
 std::vector<KernelFamily> builtin_families() {
   return {
       {"selftest", selftest_kernels},
+      {"pre_dispatch", pre_dispatch_family},
   };
 }
 

@@ -67,7 +67,8 @@ void launch(CUfunction function, const LaunchConfig& c, void** args) {
   for (int i = 0; i < 3; ++i) {
     if (c.grid[i] == 0) throw_invalid("grid", "every dimension must be >= 1", dims(c.grid));
     if (c.block[i] == 0) throw_invalid("block", "every dimension must be >= 1", dims(c.block));
-    if (c.cluster[i] == 0) throw_invalid("cluster", "every dimension must be >= 1", dims(c.cluster));
+    if (c.cluster[i] == 0)
+      throw_invalid("cluster", "every dimension must be >= 1", dims(c.cluster));
     if (c.grid[i] % c.cluster[i] != 0) {
       throw_invalid("grid", "must be a multiple of the cluster shape " + dims(c.cluster),
                     dims(c.grid));

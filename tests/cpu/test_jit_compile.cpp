@@ -41,7 +41,9 @@ std::size_t count_files(const std::filesystem::path& dir) {
 TEST_F(JitCompile, SelftestKernelCompilesForSm90a) {
   const auto k = compile(selftest_request(SelftestShape{256, 64}));
   ASSERT_GE(k->cubin.size(), 4u);
-  EXPECT_EQ(k->cubin.substr(0, 4), "\x7f" "ELF");
+  EXPECT_EQ(k->cubin.substr(0, 4),
+            "\x7f"
+            "ELF");
   EXPECT_NE(k->lowered_name.find("cluster_axpy_kernel"), std::string::npos) << k->lowered_name;
   EXPECT_NE(k->lowered_name.find("ILi256ELi64E"), std::string::npos) << k->lowered_name;
   EXPECT_GT(k->registers, 0) << "no ptxas report in the log:\n" << k->log;
@@ -117,8 +119,9 @@ TEST_F(JitCompile, CompileErrorNamesKernelArgumentsAndLog) {
   KernelRequest r;
   r.name = "broken_kernel";
   r.arguments = "tile=7";
-  r.source = "#include \"megamoe/common.cuh\"\n"
-             "__global__ void broken(int* p) { p[0] = undeclared_name_xyz; }\n";
+  r.source =
+      "#include \"megamoe/common.cuh\"\n"
+      "__global__ void broken(int* p) { p[0] = undeclared_name_xyz; }\n";
   r.entry = "broken";
   try {
     compile(r);
@@ -140,9 +143,9 @@ TEST_F(JitCompile, LocalMemoryIsReported) {
   r.name = "uses_local_memory";
   r.source =
       "extern \"C\" __global__ void uses_local(float* out, const int* index) {\n"
-      "  volatile float scratch[64];\n"
-      "  for (int i = 0; i < 64; ++i) scratch[i] = out[i];\n"
-      "  out[0] = scratch[index[threadIdx.x] & 63];\n"
+      "  float scratch[256];\n"
+      "  for (int i = 0; i < 256; ++i) scratch[index[i] & 255] = out[i];\n"
+      "  out[threadIdx.x] = scratch[index[threadIdx.x] & 255];\n"
       "}\n";
   r.entry = "uses_local";
   testing::internal::CaptureStderr();
@@ -176,7 +179,8 @@ TEST_F(JitCompile, HeaderEditedInKernelDirIsCompiled) {
   // MEGAMOE_KERNEL_DIR reaches the compiler, not only the key: a broken header breaks the build.
   test::ScratchDir scratch;
   const auto root = test::copy_kernel_tree(scratch.path() / "kernels");
-  std::ofstream(root / "megamoe" / "common.cuh", std::ios::app) << "\nstatic_assert(false, \"edited header\");\n";
+  std::ofstream(root / "megamoe" / "common.cuh", std::ios::app)
+      << "\nstatic_assert(false, \"edited header\");\n";
   test::ScopedEnv env("MEGAMOE_KERNEL_DIR", root.string());
   try {
     compile(selftest_request(SelftestShape{64, 4}));

@@ -6,8 +6,8 @@
 #include "jit/compiler.hpp"
 #include "jit/kernel_tree.hpp"
 #include "jit/selftest_kernel.hpp"
-#include "megamoe/error.hpp"
 #include "jit_test_support.hpp"
+#include "megamoe/error.hpp"
 
 namespace megamoe::jit {
 namespace {
@@ -16,7 +16,9 @@ void append(const std::filesystem::path& file, const std::string& text) {
   std::ofstream(file, std::ios::app) << text;
 }
 
-KernelRequest selftest() { return selftest_request(SelftestShape{128, 8}); }
+KernelRequest selftest() {
+  return selftest_request(SelftestShape{128, 8});
+}
 
 TEST(JitKey, IsA256BitHexDigestAndDeterministic) {
   const std::string key = cache_key(selftest(), KernelTree::embedded());

@@ -29,9 +29,9 @@ TEST(JitIncludeScan, ClosureFollowsHeadersRecursivelyAndRecordsMissingOnes) {
       KernelTree::embedded());
   std::vector<std::string> names;
   for (const auto& [name, content] : c.headers) names.push_back(name);
-  EXPECT_EQ(names, (std::vector<std::string>{"megamoe/common.cuh",
-                                             "megamoe/selftest/cluster_axpy.cuh",
-                                             "megamoe/selftest/cluster_ptx.cuh"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"megamoe/common.cuh", "megamoe/selftest/cluster_axpy.cuh",
+                                      "megamoe/selftest/cluster_ptx.cuh"}));
   EXPECT_EQ(c.missing, (std::vector<std::string>{"megamoe/not_there.cuh"}));
 }
 

@@ -38,7 +38,12 @@ TEST(JitRegistry, RegisteredFamiliesAreWalkedAndDeduplicated) {
   const auto requests = kernels_for(config(), {"test_duplicates"});
   ASSERT_EQ(requests.size(), 2u);
   EXPECT_EQ(requests[1].options, std::vector<std::string>{"-DH=7168"});
-  EXPECT_EQ(kernels_for(config()).size(), kernels_for(config(), {"selftest"}).size() + 2);
+  // Unfiltered: every family's requests, the two distinct duplicates among them.
+  std::size_t others = 0;
+  for (const KernelFamily& f : kernel_families()) {
+    if (f.name != "test_duplicates") others += kernels_for(config(), {f.name}).size();
+  }
+  EXPECT_EQ(kernels_for(config()).size(), others + 2);
 }
 
 TEST(JitRegistry, BadNamesAreRejected) {
@@ -49,13 +54,11 @@ TEST(JitRegistry, BadNamesAreRejected) {
     EXPECT_EQ(e.argument(), "family");
     EXPECT_NE(std::string(e.what()).find("selftest"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(register_kernel_family("selftest", [](const MoEConfig&) {
-                 return std::vector<jit::KernelRequest>{};
-               }),
+  EXPECT_THROW(register_kernel_family(
+                   "selftest", [](const MoEConfig&) { return std::vector<jit::KernelRequest>{}; }),
                InvalidArgument);
-  EXPECT_THROW(register_kernel_family("", [](const MoEConfig&) {
-                 return std::vector<jit::KernelRequest>{};
-               }),
+  EXPECT_THROW(register_kernel_family(
+                   "", [](const MoEConfig&) { return std::vector<jit::KernelRequest>{}; }),
                InvalidArgument);
 }
 

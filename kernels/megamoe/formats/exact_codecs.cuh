@@ -26,17 +26,28 @@ MEGAMOE_DEVICE float exp2_exact(int e) {
   return __uint_as_float(1u << (e + 149));
 }
 
-// e2m1 nibble, RNE, saturating at +-6, NaN -> 0x7. The thresholds 0.25, 0.75, ... 5 are
+// Number of the sorted bounds b[0..6] that a is >= (a binary search: 3 compares, no branch).
+MEGAMOE_DEVICE u32 count_bounds(u32 a, u32 b0, u32 b1, u32 b2, u32 b3, u32 b4, u32 b5, u32 b6) {
+  const bool hi = a >= b3;
+  const bool mid = a >= (hi ? b5 : b1);
+  const u32 last = hi ? (mid ? b6 : b4) : (mid ? b2 : b0);
+  return (hi ? 4u : 0u) + (mid ? 2u : 0u) + (a >= last ? 1u : 0u);
+}
+
+// Sign nibble bit of x, except for NaN, which encodes as +6 whatever its sign.
+MEGAMOE_DEVICE u32 e2m1_sign(u32 u) {
+  return (u & 0x7FFFFFFFu) > 0x7F800000u ? 0u : (u >> 28) & 0x8u;
+}
+
+// e2m1 nibble, RNE, saturating at +-6, NaN -> 0x7. The decision thresholds 0.25, 0.75, ... 5 are
 // compared on the bits of |x|, which order like the values for non-NaN, non-negative floats;
-// ties go to the even code, hence the alternating > and >=.
+// ties go to the even code, so the thresholds 0.25, 1.25, 2.5 and 5 must be exceeded (bits + 1)
+// and 0.75, 1.75 and 3.5 only reached. NaN bits exceed every bound, hence magnitude 7.
 MEGAMOE_DEVICE u32 e2m1_code(float x) {
   const u32 u = __float_as_uint(x);
   const u32 a = u & 0x7FFFFFFFu;
-  if (a > 0x7F800000u) return 0x7u;
-  const u32 mag = (a > 0x3E800000u) + (a >= 0x3F400000u) + (a > 0x3FA00000u) +
-                  (a >= 0x3FE00000u) + (a > 0x40200000u) + (a >= 0x40600000u) +
-                  (a > 0x40A00000u);
-  return ((u >> 28) & 0x8u) | mag;
+  return e2m1_sign(u) | count_bounds(a, 0x3E800001u, 0x3F400000u, 0x3FA00001u, 0x3FE00000u,
+                                     0x40200001u, 0x40600000u, 0x40A00001u);
 }
 
 // e4m3fn byte, RNE, saturating at +-448 (Inf included), NaN -> 0x7F, signed zeros kept.
@@ -138,11 +149,8 @@ struct E2m1Divider {
 
   MEGAMOE_DEVICE u32 code(float x) const {
     const u32 u = __float_as_uint(x);
-    const u32 a = u & 0x7FFFFFFFu;
-    if (a > 0x7F800000u) return 0x7u;
-    const u32 mag = (a >= bound[0]) + (a >= bound[1]) + (a >= bound[2]) + (a >= bound[3]) +
-                    (a >= bound[4]) + (a >= bound[5]) + (a >= bound[6]);
-    return ((u >> 28) & 0x8u) | mag;
+    return e2m1_sign(u) | count_bounds(u & 0x7FFFFFFFu, bound[0], bound[1], bound[2], bound[3],
+                                       bound[4], bound[5], bound[6]);
   }
 };
 

@@ -21,8 +21,8 @@ MEGAMOE_DEVICE u32 cluster_size() {
 // All threads of all blocks of the cluster arrive and wait; release/acquire order the shared
 // memory writes before it with the remote reads after it.
 MEGAMOE_DEVICE void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;"
-               ::: "memory");
+  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
 
 // The address of `local` (a shared::cta pointer) in the shared memory of block `rank` of the
@@ -42,9 +42,13 @@ MEGAMOE_DEVICE float load_shared_cluster(u32 address) {
 
 // PDL: wait until the preceding grid on the stream has completed (and its writes are visible);
 // a no-op when the kernel was launched without the PDL attribute.
-MEGAMOE_DEVICE void wait_for_previous_grid() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+MEGAMOE_DEVICE void wait_for_previous_grid() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
 
 // PDL: allow the next grid on the stream to start its prologue.
-MEGAMOE_DEVICE void allow_next_grid() { asm volatile("griddepcontrol.launch_dependents;" :::); }
+MEGAMOE_DEVICE void allow_next_grid() {
+  asm volatile("griddepcontrol.launch_dependents;" :::);
+}
 
 }  // namespace megamoe::device::selftest

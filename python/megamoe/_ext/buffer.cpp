@@ -82,25 +82,6 @@ nb::dict all_views(nb::handle owner, const SymmBuffer& b, int rank) {
 }  // namespace
 
 void register_buffer(nb::module_& m) {
-  nb::class_<BufferRegion>(m, "BufferRegion")
-      .def_ro("name", &BufferRegion::name)
-      .def_ro("offset", &BufferRegion::offset)
-      .def_ro("bytes", &BufferRegion::bytes)
-      .def_ro("alignment", &BufferRegion::alignment)
-      .def("__repr__", [](const BufferRegion& r) {
-        return "BufferRegion('" + r.name + "', offset=" + std::to_string(r.offset) +
-               ", bytes=" + std::to_string(r.bytes) + ", alignment=" +
-               std::to_string(r.alignment) + ")";
-      });
-  nb::class_<SymmBufferPlan>(m, "SymmBufferPlan", "The exact byte layout of one rank's buffer")
-      .def_ro("config", &SymmBufferPlan::config)
-      .def_ro("regions", &SymmBufferPlan::regions)
-      .def_ro("total_bytes", &SymmBufferPlan::total_bytes)
-      .def("region", &SymmBufferPlan::region, nb::arg("name"), nb::rv_policy::copy)
-      .def("has", &SymmBufferPlan::has, nb::arg("name"))
-      .def("__contains__", &SymmBufferPlan::has, nb::arg("name"));
-  m.def("plan_symm_buffer", &plan_symm_buffer, nb::arg("config"));
-
   nb::class_<SymmBuffer>(m, "SymmBuffer", "A planned symmetric buffer with its device memory")
       .def_ro("plan", &SymmBuffer::plan)
       .def_prop_ro("provider", [](const SymmBuffer& b) { return std::string(b.memory->kind()); })

@@ -62,23 +62,19 @@ std::vector<std::size_t> dims(std::initializer_list<std::int64_t> extents);
 template <typename E>
 E enum_arg(nb::handle value, std::string_view argument) {
   if (nb::isinstance<nb::str>(value)) {
-    nb::object cls = nb::type<E>();
+    nb::object cls = nb::borrow(nb::type<E>());
     nb::object members = cls.attr("__members__");
-    if (!members.attr("__contains__")(value).template cast<bool>()) {
-      std::string known;
-      for (nb::handle key : members) {
-        if (!known.empty()) known += ", ";
-        known += nb::cast<std::string>(key);
-      }
-      throw_invalid(argument, "must be one of " + known, nb::cast<std::string>(value));
+    if (!nb::cast<bool>(members.attr("__contains__")(value))) {
+      const nb::str known = nb::str(nb::str(", ").attr("join")(members));
+      throw_invalid(argument, std::string("must be one of ") + known.c_str(),
+                    nb::str(value).c_str());
     }
     return nb::cast<E>(members[value]);
   }
   try {
     return nb::cast<E>(value);
   } catch (const nb::cast_error&) {
-    throw_invalid(argument, "must be a name or a member of the enum",
-                  nb::cast<std::string>(nb::repr(value)));
+    throw_invalid(argument, "must be a name or a member of the enum", nb::repr(value).c_str());
   }
 }
 

@@ -3,6 +3,8 @@
 //   Unsupported     -> megamoe.Unsupported (a NotImplementedError)
 //   CudaError       -> megamoe.CudaError, DeviceFault -> megamoe.DeviceFault (RuntimeErrors)
 #include <Python.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/string_view.h>
 
 #include "common.hpp"
 

@@ -7,6 +7,7 @@ void register_errors(nb::module_& m);
 void register_config(nb::module_& m);
 void register_formats(nb::module_& m);
 void register_reference(nb::module_& m);
+void register_planner(nb::module_& m);
 void register_buffer(nb::module_& m);
 void register_heuristics(nb::module_& m);
 void register_pre_dispatch(nb::module_& m);
@@ -24,6 +25,9 @@ NB_MODULE(_core, m) {
 #endif
 #ifdef MEGAMOE_PY_HAVE_REFERENCE
   register_reference(m);
+#endif
+#ifdef MEGAMOE_PY_HAVE_PLANNER
+  register_planner(m);
 #endif
 #ifdef MEGAMOE_PY_HAVE_BUFFER
   register_buffer(m);

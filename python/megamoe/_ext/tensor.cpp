@@ -310,7 +310,7 @@ void* stream_arg(nb::handle stream) {
       holder = stream.attr("ptr");
     } else {
       throw_invalid("stream", "must be an int (cudaStream_t), None or a CUDA stream object",
-                    nb::cast<std::string>(nb::repr(stream)));
+                    nb::repr(stream).c_str());
     }
     value = holder;
   }

@@ -1,0 +1,82 @@
+#pragma once
+// Barriers of the persistent NVFP4 MegaMoE kernel, on counters that live in the "sync" region
+// and are never reset by the host.
+//
+// Generation trick: in one barrier instance the n participants add 1, except participant 0
+// which adds 2^31 - (n - 1). The n additions sum to exactly 2^31, so the counter's top bit flips
+// precisely when the last participant arrives, in any arrival order, and every participant's
+// pre-add value still carries the old top bit. Nothing needs zeroing between calls and the
+// participant count may change from one call to the next.
+#include "megamoe/common.cuh"
+#include "megamoe/ptx/mma_sm90.cuh"
+
+namespace megamoe::device {
+
+enum BarrierPhase : u32 {
+  kPhaseAfterFc1 = 1,   // rank-local: fc2_pool complete before FC2
+  kPhaseAfterFc2 = 2,   // cross-rank: every rank's combine slots written
+  kPhaseRelease = 3,    // rank-local: release after the cross-rank wait
+};
+
+// "status" field of the sync region: {timed_out, rank, phase, spare}.
+MEGAMOE_DEVICE void report_timeout_and_trap(u32* status, int rank, u32 phase) {
+  volatile u32* s = status;
+  s[1] = static_cast<u32>(rank);
+  s[2] = phase;
+  s[0] = 1u;
+  ptx::fence_acq_rel_sys();
+  __trap();
+}
+
+// Waits (one thread) until the top bit of *counter differs from that of `old`.
+MEGAMOE_DEVICE void spin_for_flip(const u32* counter, u32 old, u64 timeout_ns, u32* status,
+                                  int rank, u32 phase) {
+  const u64 start = ptx::globaltimer_ns();
+  u32 spins = 0;
+  while (((ptx::load_acquire_sys(counter) ^ old) & 0x80000000u) == 0u) {
+    if ((++spins & 1023u) == 0u && ptx::globaltimer_ns() - start > timeout_ns) {
+      report_timeout_and_trap(status, rank, phase);
+    }
+  }
+}
+
+MEGAMOE_DEVICE u32 arrival_value(bool first, u32 participants) {
+  return first ? 0x80000000u - (participants - 1u) : 1u;
+}
+
+// Barrier over the `n` CTAs of one rank. Every thread's earlier global writes (peer writes
+// included) are visible to every thread of those CTAs afterwards.
+MEGAMOE_DEVICE void rank_grid_barrier(u32* counter, int cta_in_rank, int n, u64 timeout_ns,
+                                      u32* status, int rank, u32 phase) {
+  ptx::fence_acq_rel_sys();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const u32 old =
+        ptx::atomic_add_release_sys(counter, arrival_value(cta_in_rank == 0, static_cast<u32>(n)));
+    spin_for_flip(counter, old, timeout_ns, status, rank, phase);
+    ptx::fence_acq_rel_sys();
+  }
+  __syncthreads();
+}
+
+// Barrier over every CTA of every rank. `counter_of(p)` is rank p's cross-rank counter (a peer
+// pointer); each rank's CTA 0 arrives on every rank's counter and waits on its own.
+template <class CounterOf>
+MEGAMOE_DEVICE void cross_rank_barrier(CounterOf counter_of, int num_ranks, int rank,
+                                       u32* grid_counter, int cta_in_rank, int n, u64 timeout_ns,
+                                       u32* status) {
+  rank_grid_barrier(grid_counter, cta_in_rank, n, timeout_ns, status, rank, kPhaseAfterFc2);
+  if (cta_in_rank == 0 && threadIdx.x == 0) {
+    u32 own_old = 0;
+    for (int p = 0; p < num_ranks; ++p) {
+      const u32 old = ptx::atomic_add_release_sys(
+          counter_of(p), arrival_value(rank == 0, static_cast<u32>(num_ranks)));
+      if (p == rank) own_old = old;
+    }
+    spin_for_flip(counter_of(rank), own_old, timeout_ns, status, rank, kPhaseAfterFc2);
+    ptx::fence_acq_rel_sys();
+  }
+  rank_grid_barrier(grid_counter, cta_in_rank, n, timeout_ns, status, rank, kPhaseRelease);
+}
+
+}  // namespace megamoe::device

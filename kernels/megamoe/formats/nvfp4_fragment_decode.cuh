@@ -1,0 +1,81 @@
+#pragma once
+// NVFP4 -> f16 decoding for the SM90 NVFP4 MegaMoE kernel (docs/nvfp4_kernel.md, "Decode").
+//
+// Every e2m1 x ue4m3 product is exact in f16 (at most 6 significant bits, 2^-10 .. 2688), so the
+// tensor cores see the exact dequantized operands and only the f32 accumulation rounds.
+//
+// Weights (mma A operand): the transform stores, per lane and k16 step, one u32 holding the
+// lane's 8 nibbles with their bits placed so that each f16x2 register of the fragment is one or
+// two shifts and masks away:
+//   a0 (row g,   k 2t, 2t+1):  magnitude bits 9..11, sign 15   (and +16 for the odd k)
+//   a1 (row g+8, k 2t, 2t+1):  magnitude bits 6..8,  sign 12
+//   a2 (row g,   k 2t+8, +9):  magnitude bits 0..2,  sign 13
+//   a3 (row g+8, k 2t+8, +9):  magnitude bits 3..5,  sign 14
+// With the magnitude at f16 bits 9..11 and the sign at 15, the f16 reads e2m1 x 2^-14 (the
+// e = 0 code 1 gives the subnormal 2^-15). The UE4M3 block scale is stored re-encoded as the
+// byte b with f16 bits (b << 7) = scale x 2^7 (normal for every scale), so the product
+// e2m1 x 2^-14 x scale x 2^7 = value x 2^-7 is exact; the kernel multiplies its f32 results by
+// 2^7 (exact).
+#include "megamoe/common.cuh"
+#include "megamoe/ptx/mma_sm90.cuh"
+
+namespace megamoe::device::nvfp4 {
+
+inline constexpr float kWeightUnscale = 128.0f;  // 2^7: undoes the operand scaling above
+
+struct HalfFragment {
+  u32 a0, a1, a2, a3;
+};
+
+// The lane's A fragment of one k16 step: `word` = 8 nibbles, `sg` / `sg8` = the f16x2
+// broadcast scales of rows g and g + 8.
+MEGAMOE_DEVICE HalfFragment decode_weight_word(u32 word, u32 sg, u32 sg8) {
+  constexpr u32 kFull = 0x8E008E00u;  // magnitude 9..11 + sign 15, both halves
+  constexpr u32 kMag = 0x0E000E00u;
+  constexpr u32 kSign = 0x80008000u;
+  HalfFragment f;
+  f.a0 = ptx::hmul2(word & kFull, sg);
+  f.a1 = ptx::hmul2((word << 3) & kFull, sg8);
+  f.a2 = ptx::hmul2(((word << 9) & kMag) | ((word << 2) & kSign), sg);
+  f.a3 = ptx::hmul2(((word << 6) & kMag) | ((word << 1) & kSign), sg8);
+  return f;
+}
+
+// f16x2 {s, s} from byte `which` (0..3) of a word of re-encoded scale bytes.
+MEGAMOE_DEVICE u32 broadcast_scale(u32 scale_word, u32 which) {
+  // Bytes [b, 0, b, 0], then << 7 puts b at bits 7..14 of each half.
+  return ptx::prmt(scale_word, 0u, 0x4040u | which | (which << 8)) << 7;
+}
+
+// Exact value of an e2m1 nibble (f32).
+MEGAMOE_DEVICE float e2m1_value(u32 nibble) {
+  const u32 mag = nibble & 7u;
+  const float v = mag >= 2u ? __uint_as_float((((mag >> 1) + 126u) << 23) | ((mag & 1u) << 22))
+                            : (mag == 1u ? 0.5f : 0.0f);
+  return (nibble & 8u) ? -v : v;
+}
+
+// Value of a UE4M3 scale byte (code 0x7F is NaN in e4m3; it is kept as NaN).
+MEGAMOE_DEVICE float ue4m3_value(u32 c) {
+  const u32 e = (c >> 3) & 0xFu;
+  const u32 m = c & 7u;
+  if (c == 0x7Fu) return __uint_as_float(0x7FC00000u);
+  if (e == 0u) return static_cast<float>(m) * 0x1p-9f;
+  return __uint_as_float(((e + 120u) << 23) | (m << 20));
+}
+
+// 16 exact f16 products of one NVFP4 activation block (8 bytes of nibbles, one scale byte):
+// the token operand of the MMA, laid out as 8 consecutive f16x2 (element order).
+MEGAMOE_DEVICE void decode_activation_block(u32 lo, u32 hi, u32 scale_code, u32 (&out)[8]) {
+  const float s = ue4m3_value(scale_code);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const u32 word = i < 4 ? lo : hi;
+    const u32 byte = (word >> ((i & 3) * 8)) & 0xFFu;
+    const u32 e0 = ptx::f32_to_f16_rn(e2m1_value(byte & 0xFu) * s);
+    const u32 e1 = ptx::f32_to_f16_rn(e2m1_value(byte >> 4) * s);
+    out[i] = e0 | (e1 << 16);
+  }
+}
+
+}  // namespace megamoe::device::nvfp4

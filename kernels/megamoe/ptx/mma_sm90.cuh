@@ -1,0 +1,95 @@
+#pragma once
+// Warp-level tensor-core and scalar PTX used by the NVFP4 MegaMoE kernel (sm_90a).
+#include "megamoe/common.cuh"
+
+namespace megamoe::device::ptx {
+
+struct u32x4v {
+  u32 x, y, z, w;
+};
+
+// Streaming 16-byte load of data read exactly once by this grid (weights): skip L1.
+MEGAMOE_DEVICE u32x4v load_stream_16(const void* p) {
+  u32x4v v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// Coherent 16-byte load (data written earlier in this launch by other CTAs or ranks).
+MEGAMOE_DEVICE u32x4v load_16(const void* p) {
+  u32x4v v;
+  asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p)
+               : "memory");
+  return v;
+}
+
+MEGAMOE_DEVICE void store_16(void* p, u32x4v v) {
+  asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z),
+               "r"(v.w)
+               : "memory");
+}
+
+// Byte permute: result byte i = byte sel_i of {b:a} (prmt.b32 default mode).
+MEGAMOE_DEVICE u32 prmt(u32 a, u32 b, u32 sel) {
+  u32 d;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+  return d;
+}
+
+// f16x2 product, round to nearest; subnormal inputs and results are kept (no .ftz).
+MEGAMOE_DEVICE u32 hmul2(u32 a, u32 b) {
+  u32 d;
+  asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+
+// D += A * B, m16n8k16, A row-major f16 (4 regs), B column-major f16 (2 regs), f32 accumulate.
+MEGAMOE_DEVICE void mma_m16n8k16_f16(float (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0,
+                                     u32 b1) {
+  asm(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+MEGAMOE_DEVICE u16 f32_to_bf16_rn(float x) {
+  u16 r;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(x));
+  return r;
+}
+
+MEGAMOE_DEVICE u16 f32_to_f16_rn(float x) {
+  u16 r;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r) : "f"(x));
+  return r;
+}
+
+MEGAMOE_DEVICE float bf16_to_f32(u32 bits16) { return __uint_as_float(bits16 << 16); }
+
+MEGAMOE_DEVICE u64 globaltimer_ns() {
+  u64 t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Counter operations of the barriers. .sys scope: peers may be other GPUs (NCCL provider).
+MEGAMOE_DEVICE u32 atomic_add_release_sys(u32* p, u32 v) {
+  u32 old;
+  asm volatile("atom.add.release.sys.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
+}
+
+MEGAMOE_DEVICE u32 load_acquire_sys(const u32* p) {
+  u32 v;
+  asm volatile("ld.acquire.sys.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+MEGAMOE_DEVICE void fence_acq_rel_sys() { asm volatile("fence.acq_rel.sys;" ::: "memory"); }
+
+}  // namespace megamoe::device::ptx

@@ -1,0 +1,113 @@
+// `nccl` peer memory: one process per GPU, each rank's buffer in an NCCL (>= 2.28) symmetric
+// window (ncclMemAlloc + ncclCommWindowRegister with NCCL_WIN_COLL_SYMMETRIC). The peers'
+// buffers are reached through the window's load/store-accessible (LSA) mapping: NCCL maps the
+// ranks of one NVLink domain into one flat range, rank i at lsaFlatBase + i * stride4G * 4 GiB.
+#include <cuda.h>
+#include <nccl.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "megamoe/buffer.hpp"
+#include "megamoe/error.hpp"
+#include "runtime/cuda_driver.hpp"
+#include "runtime/nccl_library.hpp"
+
+namespace megamoe {
+namespace {
+
+// The leading members of NCCL's device-side window record (nccl_device/impl/core__types.h in
+// 2.28), which is where ncclGetLsaPointer reads the flat base and stride. The constructor
+// checks the result against the local pointer, so a layout change is reported, never used.
+struct WindowHead {
+  void* win_host;
+  char* lsa_flat_base;
+  int lsa_rank;
+  int world_rank;
+  std::uint32_t stride_4g;
+};
+
+class NcclPeerMemory final : public PeerMemory {
+ public:
+  NcclPeerMemory(ncclComm_t comm, std::size_t bytes) : comm_(comm), bytes_(bytes) {
+    const nccl::Library& n = nccl::library();
+    const cuda::Driver& d = cuda::driver();
+    MEGAMOE_NCCL(n.ncclCommCount(comm_, &num_ranks_));
+    MEGAMOE_NCCL(n.ncclCommUserRank(comm_, &rank_));
+    MEGAMOE_NCCL(n.ncclMemAlloc(&local_, bytes_));
+    try {
+      // Zero before the collective registration: no peer can start using a rank's buffer
+      // before that rank has registered, hence before it was cleared.
+      MEGAMOE_CU(d.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(local_), 0, bytes_, nullptr));
+      MEGAMOE_CU(d.cuCtxSynchronize());
+      MEGAMOE_NCCL(
+          n.ncclCommWindowRegister(comm_, local_, bytes_, &window_, NCCL_WIN_COLL_SYMMETRIC));
+      resolve_peers(d);
+    } catch (...) {
+      release();
+      throw;
+    }
+  }
+
+  ~NcclPeerMemory() override { release(); }
+
+  std::string_view kind() const override { return "nccl"; }
+  int num_ranks() const override { return num_ranks_; }
+  std::vector<int> driven_ranks() const override { return {rank_}; }
+  std::size_t bytes_per_rank() const override { return bytes_; }
+  void* base(int rank) const override {
+    if (rank < 0 || rank >= num_ranks_) {
+      throw_invalid("rank", "must be in 0.." + std::to_string(num_ranks_ - 1),
+                    std::to_string(rank));
+    }
+    return peers_[static_cast<std::size_t>(rank)];
+  }
+
+ private:
+  void resolve_peers(const cuda::Driver& d) {
+    WindowHead head{};
+    MEGAMOE_CU(d.cuMemcpyDtoH(&head, reinterpret_cast<CUdeviceptr>(window_), sizeof(head)));
+    peers_.resize(static_cast<std::size_t>(num_ranks_));
+    for (int r = 0; r < num_ranks_; ++r) {
+      // The LSA team of a single NVLink domain holds every rank in world order.
+      const std::int64_t lsa = head.lsa_rank + (r - head.world_rank);
+      peers_[static_cast<std::size_t>(r)] =
+          head.lsa_flat_base + lsa * static_cast<std::int64_t>(head.stride_4g) * (std::int64_t{1} << 32);
+    }
+    if (head.world_rank != rank_ || peers_[static_cast<std::size_t>(rank_)] != local_) {
+      throw CudaError(
+          "nccl peer memory: the NCCL window does not map this rank's buffer where expected "
+          "(unsupported NCCL window layout, or ranks outside one NVLink domain)");
+    }
+  }
+
+  void release() noexcept {
+    if (local_ == nullptr) return;
+    const nccl::Library& n = nccl::library();
+    if (window_ != nullptr) n.ncclCommWindowDeregister(comm_, window_);
+    n.ncclMemFree(local_);
+    window_ = nullptr;
+    local_ = nullptr;
+  }
+
+  ncclComm_t comm_;
+  std::size_t bytes_;
+  int num_ranks_ = 0;
+  int rank_ = 0;
+  void* local_ = nullptr;
+  ncclWindow_t window_ = nullptr;
+  std::vector<void*> peers_;
+};
+
+}  // namespace
+
+std::unique_ptr<PeerMemory> make_nccl_peer_memory(void* comm, std::size_t bytes_per_rank) {
+  if (comm == nullptr) throw_invalid("comm", "must be an ncclComm_t", "null");
+  if (bytes_per_rank == 0) throw_invalid("bytes_per_rank", "must be > 0", "0");
+  nccl::library();  // a clear CudaError when NCCL is missing or too old
+  return std::make_unique<NcclPeerMemory>(static_cast<ncclComm_t>(comm), bytes_per_rank);
+}
+
+}  // namespace megamoe

@@ -1,0 +1,35 @@
+#pragma once
+// The pre-dispatch kernel as the launcher, the kernel registry, tests and the benchmark see it
+// (kernels/megamoe/impls/sm90_pre_dispatch.cuh; docs/pre_dispatch.md).
+#include <vector>
+
+#include "jit/compiler.hpp"
+#include "megamoe/config.hpp"
+#include "megamoe/pre_dispatch.hpp"
+
+namespace megamoe::runtime {
+
+// The template arguments that do not come from the configuration.
+struct PreDispatchVariant {
+  bool idx64 = false;          // topk_idx is i64 (else i32)
+  bool expert_scales = false;  // per-expert scales folded into the route weights
+  // FP8 only: encode e4m3 with the hardware conversion (NaN bytes rewritten to the CPU's) instead
+  // of the integer recipe. Both are bitwise equal to the CPU; tests check both.
+  bool hw_e4m3 = true;
+};
+
+// The JIT request for `config` (act_format fp8, mxfp4 or nvfp4). InvalidArgument otherwise.
+jit::KernelRequest pre_dispatch_request(const MoEConfig& config, const PreDispatchVariant& variant);
+
+// The requests `megamoe precompile` warms: i32 and i64 ids, with and without expert scales, in
+// the default e4m3 mode. Empty when the activation format is bf16.
+std::vector<jit::KernelRequest> pre_dispatch_kernels(const MoEConfig& config);
+
+// Threads per CTA of the kernel for `config` (one per 32 elements for FP4, per 16 for FP8).
+int pre_dispatch_threads(const MoEConfig& config);
+
+// mega_moe_pre_dispatch with an explicit e4m3 mode (tests and the benchmark compare both).
+void launch_pre_dispatch(const SymmBuffer& buffer, std::span<const PreDispatchInputs> inputs,
+                         Stream stream, bool hw_e4m3);
+
+}  // namespace megamoe::runtime
