@@ -38,14 +38,15 @@ ActivationKind parse_activation(const std::string& text) {
 }
 
 int to_int(std::int64_t v, std::string_view option) {
-  if (v < -2147483647 || v > 2147483647) throw_invalid(option, "is out of range", std::to_string(v));
+  if (v < -2147483647 || v > 2147483647)
+    throw_invalid(option, "is out of range", std::to_string(v));
   return static_cast<int>(v);
 }
 
 MoEConfig config_from(const Options& o) {
   MoEConfig c;
-  const bool explicit_shape = o.has("hidden") || o.has("intermediate") || o.has("experts") ||
-                              o.has("topk");
+  const bool explicit_shape =
+      o.has("hidden") || o.has("intermediate") || o.has("experts") || o.has("topk");
   if (o.has("preset")) {
     if (explicit_shape) {
       throw_invalid("--preset", "cannot be combined with --hidden/--intermediate/--experts/--topk");
@@ -68,17 +69,19 @@ MoEConfig config_from(const Options& o) {
   c.lora_rank = to_int(o.get_int("lora-rank", 128), "--lora-rank");
   c.fp8_combine = o.has("fp8-combine");
   c.weight_format = parse_format(o.get_or("weights", "nvfp4"), "--weights");
-  const std::string default_acts =
-      c.side_lora ? "bf16" : std::string(format_name(c.weight_format));
+  const std::string default_acts = c.side_lora ? "bf16" : std::string(format_name(c.weight_format));
   c.act_format = parse_format(o.get_or("acts", default_acts), "--acts");
   const std::string scale = o.get_or("fp8-scale", "f32");
-  if (scale != "f32" && scale != "ue8m0") throw_invalid("--fp8-scale", "must be f32 or ue8m0", scale);
+  if (scale != "f32" && scale != "ue8m0")
+    throw_invalid("--fp8-scale", "must be f32 or ue8m0", scale);
   c.fp8_scale = scale == "f32" ? Fp8ScaleKind::f32 : Fp8ScaleKind::ue8m0;
   c.activation.kind = parse_activation(o.get_or("activation", "swiglu"));
   return c;
 }
 
-double mib(std::size_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
+double mib(std::size_t bytes) {
+  return static_cast<double>(bytes) / (1024.0 * 1024.0);
+}
 
 void print_row(const std::string& name, const BufferRegion& r) {
   std::printf("%-24s %14zu %14zu %10.3f %6zu %10zu %8zu\n", name.c_str(), r.offset, r.bytes,

@@ -39,7 +39,9 @@ Options::Options(Args args, std::vector<std::string_view> valued,
   }
 }
 
-bool Options::has(std::string_view name) const { return values_.find(name) != values_.end(); }
+bool Options::has(std::string_view name) const {
+  return values_.find(name) != values_.end();
+}
 
 std::optional<std::string> Options::get(std::string_view name) const {
   auto it = values_.find(name);

@@ -78,8 +78,8 @@ std::vector<float> calibrate_fc2_input_scales(const MoEConfig& config, const MoE
 // ---- side-LoRA (docs/design.md §4) ---------------------------------------------------------
 // Adapters are bf16 values held as float (kernel mode rounds them to bf16 first).
 struct LoraWeights {
-  float scale = 1.0f;  // s
-  bool tied = false;   // A3 = A1: `a3` must be empty and dA3 is folded into dA1
+  float scale = 1.0f;     // s
+  bool tied = false;      // A3 = A1: `a3` must be empty and dA3 is folded into dA1
   std::vector<float> a1;  // [H, r]
   std::vector<float> a3;  // [H, r]
   std::vector<float> b1;  // [E, r, I]
@@ -113,15 +113,15 @@ enum class RoutingSkew : std::uint8_t { uniform, zipf };
 
 struct RoutingOptions {
   RoutingSkew skew = RoutingSkew::uniform;
-  double zipf_exponent = 1.2;   // popularity of the i-th most popular expert ~ 1 / i^s
-  double masked_fraction = 0.0; // each route independently set to -1 with this probability
+  double zipf_exponent = 1.2;    // popularity of the i-th most popular expert ~ 1 / i^s
+  double masked_fraction = 0.0;  // each route independently set to -1 with this probability
 };
 
 // Top-k distinct experts per token (uniform or Zipf-skewed over a seeded permutation of the
 // experts), weights = softmax of standard-normal logits over the k routes. Fills topk_idx and
 // topk_weights for `num_tokens` tokens.
-void random_routing(const MoEConfig& config, std::int64_t num_tokens,
-                    const RoutingOptions& options, std::uint64_t seed, MoEInputs& inputs);
+void random_routing(const MoEConfig& config, std::int64_t num_tokens, const RoutingOptions& options,
+                    std::uint64_t seed, MoEInputs& inputs);
 // [rows, cols] standard-normal values times `stddev`, rounded to bf16.
 std::vector<float> random_bf16(std::int64_t rows, std::int64_t cols, float stddev,
                                std::uint64_t seed);

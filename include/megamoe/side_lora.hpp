@@ -25,12 +25,12 @@ struct SideLoraBaseWeights {
 };
 
 struct SideLoraAdapters {
-  TensorView a1;  // bf16 [H, r], shared
-  TensorView a3;  // bf16 [H, r], shared; leave empty when tied_a13 (A3 = A1)
-  TensorView b1;  // bf16 [E_local, r, I]
-  TensorView b3;  // bf16 [E_local, r, I]
-  TensorView a2;  // bf16 [E_local, I, r]
-  TensorView b2;  // bf16 [r, H], shared
+  TensorView a1;       // bf16 [H, r], shared
+  TensorView a3;       // bf16 [H, r], shared; leave empty when tied_a13 (A3 = A1)
+  TensorView b1;       // bf16 [E_local, r, I]
+  TensorView b3;       // bf16 [E_local, r, I]
+  TensorView a2;       // bf16 [E_local, I, r]
+  TensorView b2;       // bf16 [r, H], shared
   float scale = 1.0f;  // s; s = 0 reproduces the base layer bit for bit; must be finite
   bool tied_a13 = false;
 };

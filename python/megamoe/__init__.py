@@ -33,11 +33,14 @@ areas = frozenset(a for a in _core.areas.split(",") if a)
 _AREA_NAMES = {
     "planner": ["BufferRegion", "SymmBufferPlan", "plan_symm_buffer"],
     "buffer": ["SymmBuffer", "get_symm_buffer_for_mega_moe"],
-    "heuristics": ["get_block_m_for_mega_moe", "reachable_block_ms", "set_num_sms",
-                   "get_num_sms", "resolve_num_sms"],
+    "heuristics": ["get_block_m_for_mega_moe", "reachable_block_ms", "block_m_regime_ends",
+                   "set_num_sms", "get_num_sms", "resolve_num_sms"],
     "pre_dispatch": ["mega_moe_pre_dispatch", "read_and_clear_dispatch_errors"],
     "nvfp4": ["nvfp4_kernel_weight_bytes", "transform_weights_for_mega_moe",
               "transform_ue4m3_sf_into_required_layout", "nvfp4_mega_moe"],
+    "families": ["fp8_mega_moe", "mxfp4_mega_moe", "bf16_mega_moe"],
+    "side_lora": ["side_lora_saved_pool_bytes", "side_lora_scratch_bytes",
+                  "side_lora_mega_moe_forward", "side_lora_mega_moe_backward"],
 }
 for _area, _names in _AREA_NAMES.items():
     if _area in areas:

@@ -20,16 +20,23 @@ constexpr std::size_t kRowPitchAlignment = 16;  // TMA global strides
 constexpr std::size_t kRouteEntryBytes = 12;    // i32 {src_rank, token, k}
 constexpr int kMaxRanks = 8;
 
-std::size_t align_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
-std::size_t sz(std::int64_t v) { return static_cast<std::size_t>(v); }
+std::size_t align_up(std::size_t v, std::size_t a) {
+  return (v + a - 1) / a * a;
+}
+std::size_t sz(std::int64_t v) {
+  return static_cast<std::size_t>(v);
+}
 
 // Bytes of one row of n values in an activation format (FP4: two per byte).
 std::size_t act_row_bytes(Format f, std::int64_t n) {
   switch (f) {
-    case Format::bf16: return sz(2 * n);
-    case Format::fp8: return sz(n);
+    case Format::bf16:
+      return sz(2 * n);
+    case Format::fp8:
+      return sz(n);
     case Format::mxfp4:
-    case Format::nvfp4: return sz(n / 2);
+    case Format::nvfp4:
+      return sz(n / 2);
   }
   return 0;
 }
@@ -37,10 +44,14 @@ std::size_t act_row_bytes(Format f, std::int64_t n) {
 // Bytes of the block scales of one row of n values; 0 when the format has none.
 std::size_t act_sf_row_bytes(const MoEConfig& c, std::int64_t n) {
   switch (c.act_format) {
-    case Format::bf16: return 0;
-    case Format::fp8: return sz(n / 128) * (c.fp8_scale == Fp8ScaleKind::f32 ? 4 : 1);
-    case Format::mxfp4: return sz(n / 32);
-    case Format::nvfp4: return sz(n / 16);
+    case Format::bf16:
+      return 0;
+    case Format::fp8:
+      return sz(n / 128) * (c.fp8_scale == Fp8ScaleKind::f32 ? 4 : 1);
+    case Format::mxfp4:
+      return sz(n / 32);
+    case Format::nvfp4:
+      return sz(n / 16);
   }
   return 0;
 }
@@ -101,8 +112,8 @@ std::int64_t worst_case_pool_rows(const MoEConfig& c, std::int64_t t, int bm) {
   const std::int64_t per_expert_cap = std::int64_t{c.num_ranks} * t;
   const std::int64_t routes = per_expert_cap * std::min<std::int64_t>(c.shape.top_k, e_local);
   const std::int64_t first = std::min(e_local, routes);
-  const std::int64_t tiles = std::min(first + (routes - first) / bm,
-                                      e_local * ((per_expert_cap + bm - 1) / bm));
+  const std::int64_t tiles =
+      std::min(first + (routes - first) / bm, e_local * ((per_expert_cap + bm - 1) / bm));
   return tiles * bm;
 }
 

@@ -32,8 +32,8 @@ Device outputs_device(std::span<const Outputs> outputs) {
 
 void fp8_mega_moe(const SymmBuffer& buffer, std::span<const Fp8ExpertWeights> weights,
                   std::span<const MoEOutputs> outputs, Stream) {
-  validate::validate_fp8_mega_moe(validate::buffer_facts(buffer, outputs_device(outputs)),
-                                  weights, outputs);
+  validate::validate_fp8_mega_moe(validate::buffer_facts(buffer, outputs_device(outputs)), weights,
+                                  outputs);
   no_kernel("fp8_mega_moe");
 }
 
@@ -46,8 +46,8 @@ void mxfp4_mega_moe(const SymmBuffer& buffer, std::span<const Mxfp4ExpertWeights
 
 void bf16_mega_moe(const SymmBuffer& buffer, std::span<const Bf16ExpertWeights> weights,
                    std::span<const MoEOutputs> outputs, Stream) {
-  validate::validate_bf16_mega_moe(validate::buffer_facts(buffer, outputs_device(outputs)),
-                                   weights, outputs);
+  validate::validate_bf16_mega_moe(validate::buffer_facts(buffer, outputs_device(outputs)), weights,
+                                   outputs);
   no_kernel("bf16_mega_moe");
 }
 

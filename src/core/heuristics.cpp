@@ -35,10 +35,10 @@ std::int64_t global_routes(const MoEConfig& c, std::int64_t t) {
 int get_block_m_for_mega_moe(const MoEConfig& config, std::int64_t num_tokens_per_rank) {
   validate::validate_config(config);
   if (num_tokens_per_rank < 1 || num_tokens_per_rank > config.max_tokens_per_rank) {
-    throw_invalid("num_tokens_per_rank",
-                  "must be in [1, max_tokens_per_rank " +
-                      std::to_string(config.max_tokens_per_rank) + "]",
-                  std::to_string(num_tokens_per_rank));
+    throw_invalid(
+        "num_tokens_per_rank",
+        "must be in [1, max_tokens_per_rank = " + std::to_string(config.max_tokens_per_rank) + "]",
+        std::to_string(num_tokens_per_rank));
   }
   const std::int64_t routes = global_routes(config, num_tokens_per_rank);
   for (std::size_t i = 0; i + 1 < kNumRegimes; ++i) {
@@ -81,7 +81,9 @@ void set_num_sms(int num_sms) {
 }
 
 namespace detail {
-int pinned_num_sms() { return g_pinned_num_sms.load(std::memory_order_relaxed); }
+int pinned_num_sms() {
+  return g_pinned_num_sms.load(std::memory_order_relaxed);
+}
 }  // namespace detail
 
 int resolve_num_sms(int device_sms, int explicit_sms,
@@ -96,7 +98,8 @@ int resolve_num_sms(int device_sms, int explicit_sms,
   if (explicit_sms > 0) {
     // An explicit count is taken as given (odd counts too): the caller sized it on purpose.
     if (explicit_sms > device_sms) {
-      throw_invalid("num_sms", "must not exceed the device's " + std::to_string(device_sms) + " SMs",
+      throw_invalid("num_sms",
+                    "must not exceed the device's " + std::to_string(device_sms) + " SMs",
                     std::to_string(explicit_sms));
     }
     return explicit_sms;
@@ -105,8 +108,8 @@ int resolve_num_sms(int device_sms, int explicit_sms,
   const std::string_view text = *headroom_env;
   int headroom = -1;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), headroom);
-  const bool digits_only = std::all_of(text.begin(), text.end(),
-                                       [](char ch) { return ch >= '0' && ch <= '9'; });
+  const bool digits_only =
+      std::all_of(text.begin(), text.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
   if (!digits_only || ec != std::errc() || end != text.data() + text.size()) {
     throw_invalid("MEGAMOE_SM_HEADROOM", "must be a non-negative decimal integer",
                   "'" + std::string(text) + "'");
@@ -114,10 +117,10 @@ int resolve_num_sms(int device_sms, int explicit_sms,
   // Even reservations keep the persistent grid's SM pairs (TPC halves) whole.
   const int rounded = headroom + (headroom % 2);
   if (rounded >= device_sms) {
-    throw_invalid("MEGAMOE_SM_HEADROOM",
-                  "rounded up to even must stay below the device's " + std::to_string(device_sms) +
-                      " SMs",
-                  std::string(text));
+    throw_invalid(
+        "MEGAMOE_SM_HEADROOM",
+        "rounded up to even must stay below the device's " + std::to_string(device_sms) + " SMs",
+        std::string(text));
   }
   return device_sms - rounded;
 }

@@ -6,7 +6,9 @@
 namespace megamoe {
 namespace {
 
-std::size_t align128(std::size_t v) { return (v + 127) / 128 * 128; }
+std::size_t align128(std::size_t v) {
+  return (v + 127) / 128 * 128;
+}
 
 void require_side_lora(const SymmBufferPlan& plan, std::string_view function) {
   if (!plan.config.side_lora) {

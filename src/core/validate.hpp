@@ -89,7 +89,7 @@ void validate_config(const MoEConfig& config);
 // What validation needs to know about a SymmBuffer, without touching the GPU.
 struct BufferFacts {
   const SymmBufferPlan* plan = nullptr;
-  int num_ranks = 0;             // of the peer memory
+  int num_ranks = 0;              // of the peer memory
   std::vector<int> driven_ranks;  // ranks this process launches
   std::size_t bytes_per_rank = 0;
   Device device{DeviceKind::cuda, 0};  // the GPU the buffers live on

@@ -8,7 +8,9 @@
 namespace megamoe::validate {
 namespace {
 
-std::string num(std::int64_t v) { return std::to_string(v); }
+std::string num(std::int64_t v) {
+  return std::to_string(v);
+}
 
 std::string list_string(const std::vector<int>& v) {
   std::string s = "{";

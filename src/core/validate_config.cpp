@@ -8,7 +8,9 @@
 namespace megamoe::validate {
 namespace {
 
-std::string num(std::int64_t v) { return std::to_string(v); }
+std::string num(std::int64_t v) {
+  return std::to_string(v);
+}
 std::string num(double v) {
   std::string s = std::to_string(v);
   return s;
@@ -30,10 +32,14 @@ bool known_format(Format f) {
 // The (weight, activation) pairs with an sm90 design (docs/design.md §1).
 bool supported_pair(Format w, Format a) {
   switch (w) {
-    case Format::nvfp4: return a == Format::nvfp4;
-    case Format::mxfp4: return a == Format::mxfp4 || a == Format::fp8 || a == Format::bf16;
-    case Format::fp8: return a == Format::fp8;
-    case Format::bf16: return a == Format::bf16;
+    case Format::nvfp4:
+      return a == Format::nvfp4;
+    case Format::mxfp4:
+      return a == Format::mxfp4 || a == Format::fp8 || a == Format::bf16;
+    case Format::fp8:
+      return a == Format::fp8;
+    case Format::bf16:
+      return a == Format::bf16;
   }
   return false;
 }
@@ -82,8 +88,9 @@ void validate_side_lora(const MoEConfig& c) {
                   num(std::int64_t{c.lora_rank}));
   }
   if (c.fp8_combine) {
-    throw_invalid("config.fp8_combine", "is not supported with side_lora (the backward needs "
-                                        "the bf16 combine)");
+    throw_invalid("config.fp8_combine",
+                  "is not supported with side_lora (the backward needs "
+                  "the bf16 combine)");
   }
   if (c.activation.kind == ActivationKind::swiglu_oai) {
     throw_invalid("config.activation.kind", "side_lora supports swiglu and geglu",
@@ -111,8 +118,7 @@ void validate_config(const MoEConfig& c) {
   }
   if (e / c.num_ranks > kMaxLocalExperts) {
     throw_invalid("config.shape.num_experts",
-                  "experts per rank (num_experts / num_ranks) must be <= " +
-                      num(kMaxLocalExperts),
+                  "experts per rank (num_experts / num_ranks) must be <= " + num(kMaxLocalExperts),
                   num(e / c.num_ranks));
   }
   const std::int64_t k_max = std::min<std::int64_t>(e, kMaxTopK);
@@ -135,11 +141,11 @@ void validate_config(const MoEConfig& c) {
                   num(static_cast<std::int64_t>(c.act_format)));
   }
   if (!supported_pair(c.weight_format, c.act_format)) {
-    throw_invalid("config.act_format",
-                  "unsupported (weights, activations) pair on sm90; supported: nvfp4 x nvfp4, "
-                  "mxfp4 x {mxfp4, fp8, bf16}, fp8 x fp8, bf16 x bf16",
-                  std::string(format_name(c.weight_format)) + " x " +
-                      std::string(format_name(c.act_format)));
+    throw_invalid(
+        "config.act_format",
+        "unsupported (weights, activations) pair on sm90; supported: nvfp4 x nvfp4, "
+        "mxfp4 x {mxfp4, fp8, bf16}, fp8 x fp8, bf16 x bf16",
+        std::string(format_name(c.weight_format)) + " x " + std::string(format_name(c.act_format)));
   }
   if (c.fp8_scale != Fp8ScaleKind::f32 && c.fp8_scale != Fp8ScaleKind::ue8m0) {
     throw_invalid("config.fp8_scale", "must be f32 or ue8m0",

@@ -18,10 +18,10 @@ void validate_call(const BufferFacts& b, std::string_view function, bool family_
   for (const MoEOutputs& o : outputs) ranks.push_back(o.rank);
   check_rank_set(b, ranks, "outputs");
   if (weights.size() != outputs.size()) {
-    throw_invalid("weights",
-                  "must have one entry per entry of outputs (" + std::to_string(outputs.size()) +
-                      ")",
-                  std::to_string(weights.size()) + " entries");
+    throw_invalid(
+        "weights",
+        "must have one entry per entry of outputs (" + std::to_string(outputs.size()) + ")",
+        std::to_string(weights.size()) + " entries");
   }
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     check_token_rows(outputs[i].out, field(indexed("outputs", i), "out"), DType::bf16,
@@ -32,8 +32,8 @@ void validate_call(const BufferFacts& b, std::string_view function, bool family_
 }  // namespace
 
 void check_mxfp4_weight_pair(const MoEConfig& c, const TensorView& w13, const TensorView& w13_sf,
-                             const TensorView& w2, const TensorView& w2_sf,
-                             std::string_view name, Device device) {
+                             const TensorView& w2, const TensorView& w2_sf, std::string_view name,
+                             Device device) {
   const std::int64_t e = c.experts_per_rank();
   const std::int64_t h = c.shape.hidden;
   const std::int64_t inter = c.shape.intermediate;
@@ -55,8 +55,8 @@ void check_bf16_weight_pair(const MoEConfig& c, const TensorView& w13, const Ten
   const std::int64_t inter = c.shape.intermediate;
   check_tensor(w13, field(name, "w13"), DType::bf16,
                {experts, {2 * inter, "2 * intermediate"}, {h, "hidden"}}, device);
-  check_tensor(w2, field(name, "w2"), DType::bf16, {experts, {h, "hidden"}, {inter, "intermediate"}},
-               device);
+  check_tensor(w2, field(name, "w2"), DType::bf16,
+               {experts, {h, "hidden"}, {inter, "intermediate"}}, device);
 }
 
 void validate_fp8_mega_moe(const BufferFacts& b, std::span<const Fp8ExpertWeights> weights,
@@ -94,8 +94,8 @@ void validate_fp8_mega_moe(const BufferFacts& b, std::span<const Fp8ExpertWeight
 void validate_mxfp4_mega_moe(const BufferFacts& b, std::span<const Mxfp4ExpertWeights> weights,
                              std::span<const MoEOutputs> outputs) {
   const MoEConfig& c = b.plan ? b.plan->config : MoEConfig{};
-  validate_call(b, "mxfp4_mega_moe", c.weight_format == Format::mxfp4,
-                "mxfp4 x {mxfp4, fp8, bf16}", weights, outputs);
+  validate_call(b, "mxfp4_mega_moe", c.weight_format == Format::mxfp4, "mxfp4 x {mxfp4, fp8, bf16}",
+                weights, outputs);
   for (std::size_t i = 0; i < weights.size(); ++i) {
     const Mxfp4ExpertWeights& w = weights[i];
     check_mxfp4_weight_pair(c, w.w13, w.w13_sf, w.w2, w.w2_sf, indexed("weights", i), b.device);

@@ -7,7 +7,9 @@
 namespace megamoe::validate {
 namespace {
 
-std::int64_t round_up(std::int64_t v, std::int64_t m) { return (v + m - 1) / m * m; }
+std::int64_t round_up(std::int64_t v, std::int64_t m) {
+  return (v + m - 1) / m * m;
+}
 
 // UE4M3 scales of an [e_local, rows, k] NVFP4 matrix: row-major [e, rows, k/16], or the
 // 128x4-swizzled tiles stored as their padded [e, round_up(rows, 128), round_up(k/16, 4)].
@@ -97,21 +99,19 @@ void validate_nvfp4_mega_moe(const BufferFacts& b, std::span<const Nvfp4KernelWe
   validate_buffer(b);
   const MoEConfig& c = b.plan->config;
   check_family(b, "nvfp4_mega_moe",
-               c.weight_format == Format::nvfp4 && c.act_format == Format::nvfp4,
-               "nvfp4 x nvfp4");
+               c.weight_format == Format::nvfp4 && c.act_format == Format::nvfp4, "nvfp4 x nvfp4");
   std::vector<int> ranks;
   for (const Nvfp4MoEOutputs& o : outputs) ranks.push_back(o.rank);
   check_rank_set(b, ranks, "outputs");
   if (weights.size() != outputs.size()) {
-    throw_invalid("weights",
-                  "must have one entry per entry of outputs (" + std::to_string(outputs.size()) +
-                      ")",
-                  std::to_string(weights.size()) + " entries");
+    throw_invalid(
+        "weights",
+        "must have one entry per entry of outputs (" + std::to_string(outputs.size()) + ")",
+        std::to_string(weights.size()) + " entries");
   }
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     validate_nvfp4_kernel_weights(c, weights[i], bytes, b.device, indexed("weights", i));
-    check_token_rows(outputs[i].out, field(indexed("outputs", i), "out"), DType::bf16, c,
-                     b.device);
+    check_token_rows(outputs[i].out, field(indexed("outputs", i), "out"), DType::bf16, c, b.device);
   }
 }
 

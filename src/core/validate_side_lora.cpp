@@ -115,14 +115,15 @@ void validate_side_lora_backward(const BufferFacts& b,
     check_dtype(a.scratch, scratch, DType::u8);
     check_contiguous(a.scratch, scratch);
     check_pointer_aligned(a.scratch, scratch);
-    check_min_bytes(a.scratch, scratch, side_lora_scratch_bytes(*b.plan), "side_lora_scratch_bytes");
+    check_min_bytes(a.scratch, scratch, side_lora_scratch_bytes(*b.plan),
+                    "side_lora_scratch_bytes");
 
     const SideLoraGrads& g = a.grads;
     const std::string gn = field(name, "grads");
     check_tensor(g.dx, field(gn, "dx"), DType::bf16, {tokens, {h, "hidden"}}, b.device,
                  /*contiguous=*/false);
-    check_tensor(g.d_topk_weights, field(gn, "d_topk_weights"), DType::f32,
-                 {tokens, {k, "top_k"}}, b.device);
+    check_tensor(g.d_topk_weights, field(gn, "d_topk_weights"), DType::f32, {tokens, {k, "top_k"}},
+                 b.device);
     check_tensor(g.da1, field(gn, "da1"), DType::f32, {{h, "hidden"}, rank}, b.device);
     if (a.adapters.tied_a13) {
       check_absent(g.da3, field(gn, "da3"), "when tied_a13 (da1 receives both gradients)");

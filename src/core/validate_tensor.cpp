@@ -8,7 +8,9 @@
 namespace megamoe::validate {
 namespace {
 
-std::string num(std::int64_t v) { return std::to_string(v); }
+std::string num(std::int64_t v) {
+  return std::to_string(v);
+}
 
 std::string device_string(Device d) {
   return (d.kind == DeviceKind::cuda ? "cuda:" : "cpu:") + std::to_string(d.index);
@@ -29,7 +31,9 @@ std::string address(const void* p) {
   return buf;
 }
 
-bool empty_tensor(const TensorView& t) { return t.ndim > 0 && t.numel() == 0; }
+bool empty_tensor(const TensorView& t) {
+  return t.ndim > 0 && t.numel() == 0;
+}
 
 }  // namespace
 
@@ -81,10 +85,9 @@ void check_ndim(const TensorView& t, std::string_view name, int ndim) {
 void check_dim(const TensorView& t, std::string_view name, int dim, std::int64_t want,
                std::string_view what) {
   if (t.shape[static_cast<std::size_t>(dim)] != want) {
-    throw_invalid(name,
-                  "dim " + std::to_string(dim) + " must equal " + std::string(what) + " = " +
-                      num(want),
-                  "shape " + t.shape_string());
+    throw_invalid(
+        name, "dim " + std::to_string(dim) + " must equal " + std::string(what) + " = " + num(want),
+        "shape " + t.shape_string());
   }
 }
 
@@ -124,9 +127,10 @@ void check_rows(const TensorView& t, std::string_view name, std::size_t bytes) {
     if (t.shape[i] <= 1) continue;
     const std::int64_t inner = t.shape[i + 1] * (t.shape[i + 1] > 1 ? t.strides[i + 1] : 1);
     if (t.strides[i] < inner) {
-      throw_invalid(name, "rows must not overlap: stride of dim " + std::to_string(d) +
-                              " must be >= " + num(inner),
-                    strides_string(t));
+      throw_invalid(
+          name,
+          "rows must not overlap: stride of dim " + std::to_string(d) + " must be >= " + num(inner),
+          strides_string(t));
     }
     if ((static_cast<std::size_t>(t.strides[i]) * elem) % bytes != 0) {
       throw_invalid(name,
@@ -157,10 +161,9 @@ void check_device(const TensorView& t, std::string_view name, Device device) {
 void check_min_bytes(const TensorView& t, std::string_view name, std::size_t need,
                      std::string_view what) {
   if (t.nbytes() < need) {
-    throw_invalid(name,
-                  "must hold at least " + std::to_string(need) + " bytes (" + std::string(what) +
-                      ")",
-                  std::to_string(t.nbytes()) + " bytes");
+    throw_invalid(
+        name, "must hold at least " + std::to_string(need) + " bytes (" + std::string(what) + ")",
+        std::to_string(t.nbytes()) + " bytes");
   }
 }
 

@@ -101,7 +101,6 @@ void activate_partials(const ActivationSpec& spec, S gate, S up, S& d_gate, S& d
 template float activate<float>(const ActivationSpec&, float, float);
 template double activate<double>(const ActivationSpec&, double, double);
 template void activate_partials<float>(const ActivationSpec&, float, float, float&, float&);
-template void activate_partials<double>(const ActivationSpec&, double, double, double&,
-                                        double&);
+template void activate_partials<double>(const ActivationSpec&, double, double, double&, double&);
 
 }  // namespace megamoe::reference::detail

@@ -36,8 +36,8 @@ void require_multiple(const char* argument, std::int64_t value, int block, Forma
 
 void require_size(const char* argument, std::size_t have, std::int64_t need, const char* shape) {
   if (static_cast<std::int64_t>(have) != need) {
-    throw_invalid(argument, std::string("must hold ") + shape + " = " + std::to_string(need) +
-                                " elements",
+    throw_invalid(argument,
+                  std::string("must hold ") + shape + " = " + std::to_string(need) + " elements",
                   std::to_string(have));
   }
 }

@@ -16,13 +16,13 @@ struct Route {
 };
 
 struct DispatchPlan {
-  std::int64_t num_tokens = 0;              // N, all ranks
-  std::vector<std::int64_t> rank_offset;    // [R + 1]
-  std::vector<int> token_rank;              // [N]
+  std::int64_t num_tokens = 0;            // N, all ranks
+  std::vector<std::int64_t> rank_offset;  // [R + 1]
+  std::vector<int> token_rank;            // [N]
   // [E] by global expert id; expert e is computed by rank e / (E / R). Pools are filled per
   // destination rank in (source rank, token, k) order, as the dispatch delivers them.
   std::vector<std::vector<Route>> pools;
-  std::vector<std::uint8_t> route_valid;    // [N, K]
+  std::vector<std::uint8_t> route_valid;  // [N, K]
   std::int64_t invalid_routes = 0;
 
   // Index of combine slot (token, k): each source rank r holds [K][T_r] slots.

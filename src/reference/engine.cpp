@@ -72,8 +72,8 @@ RoundingPoints rounding_points(Precision p) {
 }
 
 template <class S>
-Engine<S>::Engine(const MoEConfig& c, const MoEInputs& in, const QuantizedWeights& w,
-                  Precision p, const std::vector<float>* fc2_input_scale, const LoraWeights* l)
+Engine<S>::Engine(const MoEConfig& c, const MoEInputs& in, const QuantizedWeights& w, Precision p,
+                  const std::vector<float>* fc2_input_scale, const LoraWeights* l)
     : config(c),
       inputs(in),
       weights(w),

@@ -49,8 +49,7 @@ template <class S>
 class Engine {
  public:
   Engine(const MoEConfig& config, const MoEInputs& inputs, const QuantizedWeights& weights,
-         Precision precision, const std::vector<float>* fc2_input_scale,
-         const LoraWeights* lora);
+         Precision precision, const std::vector<float>* fc2_input_scale, const LoraWeights* lora);
 
   MoEOutputs forward();
   std::vector<float> calibrate();  // kernel mode only

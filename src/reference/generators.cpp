@@ -1,6 +1,7 @@
 // Seeded input generators for tests, demo and bench (reference.hpp, "generators").
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <span>
 #include <string>
@@ -92,7 +93,8 @@ void quantize_expert(QuantizedMatrix& m, std::int64_t e, std::span<const float> 
       formats::quantize_fp8_128x128(w, rows, cols, m.fp8_scale,
                                     std::span(m.packed).subspan(ue * n, n), sf, su);
       if (m.fp8_scale == Fp8ScaleKind::f32) {
-        std::copy(sf.begin(), sf.end(), m.scales_f32.begin() + static_cast<std::ptrdiff_t>(ue * ns));
+        std::copy(sf.begin(), sf.end(),
+                  m.scales_f32.begin() + static_cast<std::ptrdiff_t>(ue * ns));
       } else {
         std::copy(su.begin(), su.end(), m.scales.begin() + static_cast<std::ptrdiff_t>(ue * ns));
       }
@@ -114,7 +116,7 @@ void random_codes_expert(QuantizedMatrix& m, std::int64_t e, float stddev, Rng& 
     std::size_t i = 0;
     for (; i + 8 <= count; i += 8) {
       const std::uint64_t v = rng.next();
-      for (int b = 0; b < 8; ++b) p[i + b] = static_cast<std::uint8_t>(v >> (8 * b));
+      std::memcpy(p + i, &v, 8);
     }
     for (; i < count; ++i) p[i] = static_cast<std::uint8_t>(rng.next());
   };
@@ -149,8 +151,7 @@ void random_codes_expert(QuantizedMatrix& m, std::int64_t e, float stddev, Rng& 
     case Format::fp8: {
       constexpr float kSpread = 32.0f;  // codes of N(0, 32): well inside e4m3's range
       for (std::size_t i = 0; i < n; ++i) {
-        m.packed[ue * n + i] =
-            formats::e4m3_from_float(static_cast<float>(rng.normal()) * kSpread);
+        m.packed[ue * n + i] = formats::e4m3_from_float(static_cast<float>(rng.normal()) * kSpread);
       }
       for (std::size_t i = 0; i < ns; ++i) {
         const float s = stddev / kSpread;
@@ -202,8 +203,8 @@ std::vector<float> random_bf16_values(std::size_t n, double stddev, Rng& rng) {
 
 }  // namespace
 
-void random_routing(const MoEConfig& config, std::int64_t num_tokens,
-                    const RoutingOptions& options, std::uint64_t seed, MoEInputs& inputs) {
+void random_routing(const MoEConfig& config, std::int64_t num_tokens, const RoutingOptions& options,
+                    std::uint64_t seed, MoEInputs& inputs) {
   const std::int64_t E = config.shape.num_experts;
   const int K = config.shape.top_k;
   if (E <= 0 || K < 1 || K > E) {
@@ -222,7 +223,8 @@ void random_routing(const MoEConfig& config, std::int64_t num_tokens,
   std::vector<std::int64_t> perm(static_cast<std::size_t>(E));
   std::iota(perm.begin(), perm.end(), 0);
   for (std::int64_t i = E - 1; i > 0; --i) {
-    std::swap(perm[i], perm[static_cast<std::size_t>(rng.next() % static_cast<std::uint64_t>(i + 1))]);
+    std::swap(perm[i],
+              perm[static_cast<std::size_t>(rng.next() % static_cast<std::uint64_t>(i + 1))]);
   }
   std::vector<double> popularity(static_cast<std::size_t>(E), 1.0);
   if (options.skew == RoutingSkew::zipf) {
@@ -310,8 +312,8 @@ QuantizedWeights random_weights(const MoEConfig& config, std::uint64_t seed, Wei
   detail::validate_config(config);
   const MoEShape& s = config.shape;
   QuantizedWeights w;
-  w.w13 = random_matrix(config.weight_format, config.fp8_scale, s.num_experts,
-                        2 * s.intermediate, s.hidden, mix_seed(seed, 13), init);
+  w.w13 = random_matrix(config.weight_format, config.fp8_scale, s.num_experts, 2 * s.intermediate,
+                        s.hidden, mix_seed(seed, 13), init);
   w.w2 = random_matrix(config.weight_format, config.fp8_scale, s.num_experts, s.hidden,
                        s.intermediate, mix_seed(seed, 2), init);
   return w;

@@ -22,8 +22,7 @@ void validate_fc2_scales(const MoEConfig& config, const ForwardOptions& options)
   }
   for (float s : options.fc2_input_scale) {
     if (!(s > 0.0f) || !std::isfinite(s)) {
-      throw_invalid("options.fc2_input_scale", "entries must be finite and > 0",
-                    std::to_string(s));
+      throw_invalid("options.fc2_input_scale", "entries must be finite and > 0", std::to_string(s));
     }
   }
 }

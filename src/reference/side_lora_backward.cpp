@@ -199,8 +199,8 @@ LoraGradients side_lora_backward(const MoEConfig& config, const MoEInputs& input
   detail::validate_weights(config, weights);
   detail::validate_lora(config, lora);
   if (static_cast<std::int64_t>(dout.size()) != N * config.shape.hidden) {
-    throw_invalid("dout", "must hold [N, H] = " + std::to_string(N * config.shape.hidden) +
-                              " elements",
+    throw_invalid("dout",
+                  "must hold [N, H] = " + std::to_string(N * config.shape.hidden) + " elements",
                   std::to_string(dout.size()));
   }
   if (precision == Precision::kernel) {

@@ -144,9 +144,9 @@ void validate_matrix(const QuantizedMatrix& m, const char* name, Format format,
         throw_invalid(std::string(name) + ".fp8_scale", "must match config.fp8_scale");
       }
       expect_size(name, "packed", m.packed.size(), n);
-      const std::int64_t nscales =
-          experts * ((rows + formats::kFp8Block - 1) / formats::kFp8Block) *
-          (cols / formats::kFp8Block);
+      const std::int64_t nscales = experts *
+                                   ((rows + formats::kFp8Block - 1) / formats::kFp8Block) *
+                                   (cols / formats::kFp8Block);
       if (fp8_scale == Fp8ScaleKind::f32) {
         expect_size(name, "scales_f32", m.scales_f32.size(), nscales);
       } else {

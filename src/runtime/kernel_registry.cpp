@@ -6,6 +6,7 @@
 
 #include "jit/selftest_kernel.hpp"
 #include "megamoe/error.hpp"
+#include "runtime/nvfp4_mega_moe_kernels.hpp"
 #include "runtime/register_pre_dispatch.hpp"
 
 namespace megamoe::runtime {
@@ -14,6 +15,7 @@ namespace {
 std::vector<KernelFamily> builtin_families() {
   return {
       {"selftest", selftest_kernels},
+      {"nvfp4_mega_moe", nvfp4_mega_moe_kernels},
       {"pre_dispatch", pre_dispatch_family},
   };
 }

@@ -40,7 +40,7 @@ std::int64_t sf_offset(std::int64_t k, std::int64_t tile, int rg, std::int64_t b
 void encode_expert(Matrix m, std::int64_t intermediate, std::int64_t rows, std::int64_t k,
                    std::span<const std::uint8_t> packed, std::span<const std::uint8_t> sf,
                    std::span<std::uint8_t> q, std::span<std::uint8_t> q_sf) {
-  const std::int64_t tiles = m == Matrix::w13 ? rows / 64 : rows / 64;  // 64 rows per tile
+  const std::int64_t tiles = rows / 64;  // 64 rows per tile (w13: 32 gate + 32 up)
   const std::int64_t blocks = k / 128;
   auto nibble = [&](std::int64_t row, std::int64_t col) -> std::uint32_t {
     const std::uint8_t b = packed[static_cast<std::size_t>(row * (k / 2) + col / 2)];

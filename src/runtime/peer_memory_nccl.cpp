@@ -74,7 +74,8 @@ class NcclPeerMemory final : public PeerMemory {
       // The LSA team of a single NVLink domain holds every rank in world order.
       const std::int64_t lsa = head.lsa_rank + (r - head.world_rank);
       peers_[static_cast<std::size_t>(r)] =
-          head.lsa_flat_base + lsa * static_cast<std::int64_t>(head.stride_4g) * (std::int64_t{1} << 32);
+          head.lsa_flat_base +
+          lsa * static_cast<std::int64_t>(head.stride_4g) * (std::int64_t{1} << 32);
     }
     if (head.world_rank != rank_ || peers_[static_cast<std::size_t>(rank_)] != local_) {
       throw CudaError(

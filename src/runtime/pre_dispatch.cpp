@@ -22,18 +22,26 @@ namespace {
 // Must match the kPreDispatch* constants of the kernel.
 int format_code(Format f) {
   switch (f) {
-    case Format::fp8: return 0;
-    case Format::mxfp4: return 1;
-    case Format::nvfp4: return 2;
-    case Format::bf16: break;
+    case Format::fp8:
+      return 0;
+    case Format::mxfp4:
+      return 1;
+    case Format::nvfp4:
+      return 2;
+    case Format::bf16:
+      break;
   }
   throw_invalid("config.act_format", "pre-dispatch quantizes to fp8, mxfp4 or nvfp4",
                 std::string(format_name(f)));
 }
 
-int group_elements(Format f) { return f == Format::fp8 ? 16 : 32; }
+int group_elements(Format f) {
+  return f == Format::fp8 ? 16 : 32;
+}
 
-const char* flag(bool b) { return b ? "true" : "false"; }
+const char* flag(bool b) {
+  return b ? "true" : "false";
+}
 
 // A padding CTA clears this many route entries per thread before the grid runs out.
 constexpr std::int64_t kPadEntriesPerThread = 16;
@@ -115,8 +123,8 @@ jit::KernelRequest pre_dispatch_request(const MoEConfig& c, const PreDispatchVar
                   std::to_string(h));
   }
   if (h / group > 1024) {
-    throw_invalid("config.shape.hidden", "pre-dispatch holds one row per CTA: H / " +
-                                             std::to_string(group) + " <= 1024",
+    throw_invalid("config.shape.hidden",
+                  "pre-dispatch holds one row per CTA: H / " + std::to_string(group) + " <= 1024",
                   std::to_string(h));
   }
   if (c.shape.top_k < 1 || c.shape.top_k > 32) {
@@ -125,11 +133,10 @@ jit::KernelRequest pre_dispatch_request(const MoEConfig& c, const PreDispatchVar
   }
   const bool ue8m0 = c.act_format == Format::fp8 && c.fp8_scale == Fp8ScaleKind::ue8m0;
   const bool hw = c.act_format == Format::fp8 && v.hw_e4m3;
-  const std::string args = std::to_string(h) + ", " + std::to_string(c.shape.top_k) + ", " +
-                           std::to_string(fmt) + ", " + flag(ue8m0) + ", " + flag(hw) + ", " +
-                           std::to_string(c.max_tokens_per_rank) + ", " +
-                           std::to_string(c.shape.num_experts) + ", " + flag(v.idx64) + ", " +
-                           flag(v.expert_scales);
+  const std::string args =
+      std::to_string(h) + ", " + std::to_string(c.shape.top_k) + ", " + std::to_string(fmt) + ", " +
+      flag(ue8m0) + ", " + flag(hw) + ", " + std::to_string(c.max_tokens_per_rank) + ", " +
+      std::to_string(c.shape.num_experts) + ", " + flag(v.idx64) + ", " + flag(v.expert_scales);
   jit::KernelRequest r;
   r.name = "sm90_pre_dispatch";
   r.source = "#include \"megamoe/impls/sm90_pre_dispatch.cuh\"\n";
@@ -153,17 +160,17 @@ std::vector<jit::KernelRequest> pre_dispatch_kernels(const MoEConfig& config) {
 }
 
 void launch_pre_dispatch(const SymmBuffer& buffer, std::span<const PreDispatchInputs> inputs,
-                         Stream stream, bool hw_e4m3) {
-  const cuda::Driver& drv = cuda::driver();  // the context the buffers live in
-  const validate::BufferFacts facts =
-      validate::buffer_facts(buffer, Device{DeviceKind::cuda, 0});
+                         megamoe::Stream stream, bool hw_e4m3) {
+  // Validation first: bad input is reported the same with or without a GPU.
+  const validate::BufferFacts facts = validate::buffer_facts(buffer, Device{DeviceKind::cuda, 0});
   validate::validate_pre_dispatch(facts, inputs);
   const MoEConfig& c = buffer.plan.config;
   if (c.act_format == Format::bf16) {
-    throw Unsupported("mega_moe_pre_dispatch: bf16 activations are not quantized; "
-                      "pre-dispatch supports act_format fp8, mxfp4 and nvfp4");
+    throw Unsupported(
+        "mega_moe_pre_dispatch: bf16 activations are not quantized; "
+        "pre-dispatch supports act_format fp8, mxfp4 and nvfp4");
   }
-  (void)drv;
+  cuda::driver();  // the context the buffers live in
   const SymmBufferPlan& plan = buffer.plan;
   const std::int64_t k = c.shape.top_k;
   const std::int64_t t_max = c.max_tokens_per_rank;
@@ -194,7 +201,8 @@ void launch_pre_dispatch(const SymmBuffer& buffer, std::span<const PreDispatchIn
     p.weight_row_stride = k;
     p.expert_scales = in.expert_scales.defined() ? in.expert_scales.ptr<const float>() : nullptr;
     p.out_x = at<std::uint8_t>(base, rx.offset);
-    p.out_x_pitch = static_cast<std::int64_t>(pitch_of(rx, rx.bytes / static_cast<std::size_t>(t_max)));
+    p.out_x_pitch =
+        static_cast<std::int64_t>(pitch_of(rx, rx.bytes / static_cast<std::size_t>(t_max)));
     p.out_sf = at<std::uint8_t>(base, rsf.offset);
     p.out_sf_pitch =
         static_cast<std::int64_t>(pitch_of(rsf, rsf.bytes / static_cast<std::size_t>(t_max)));

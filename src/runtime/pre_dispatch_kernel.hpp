@@ -30,6 +30,6 @@ int pre_dispatch_threads(const MoEConfig& config);
 
 // mega_moe_pre_dispatch with an explicit e4m3 mode (tests and the benchmark compare both).
 void launch_pre_dispatch(const SymmBuffer& buffer, std::span<const PreDispatchInputs> inputs,
-                         Stream stream, bool hw_e4m3);
+                         megamoe::Stream stream, bool hw_e4m3);
 
 }  // namespace megamoe::runtime

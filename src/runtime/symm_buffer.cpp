@@ -29,9 +29,10 @@ SymmBuffer get_symm_buffer_for_mega_moe(const MoEConfig& config, std::string_vie
     }
     b.memory = make_nccl_peer_memory(nccl_comm, b.plan.total_bytes);
     if (b.memory->num_ranks() != config.num_ranks) {
-      throw_invalid("config.num_ranks", "must equal the NCCL communicator's size " +
-                                            std::to_string(b.memory->num_ranks()),
-                    std::to_string(config.num_ranks));
+      throw_invalid(
+          "config.num_ranks",
+          "must equal the NCCL communicator's size " + std::to_string(b.memory->num_ranks()),
+          std::to_string(config.num_ranks));
     }
   } else {
     throw_invalid("provider", "must be \"local\" or \"nccl\"", std::string(provider));

@@ -39,7 +39,7 @@ TEST_P(ReferenceEp, BitwiseIdenticalForAnyRankCount) {
   ro.skew = p.skew;
   ro.masked_fraction = 0.2;
   MoEInputs in = random_inputs(c, 24, ro, seed);  // 24 tokens (R = 1)
-  in.topk_idx[3] = 99;                              // one invalid id
+  in.topk_idx[3] = 99;                            // one invalid id
   const QuantizedWeights w = random_weights(c, seed + 7);
   ForwardOptions kernel, fp64;
   fp64.precision = Precision::fp64;
@@ -68,18 +68,13 @@ TEST_P(ReferenceEp, BitwiseIdenticalForAnyRankCount) {
 
 INSTANTIATE_TEST_SUITE_P(
     All, ReferenceEp,
-    ::testing::Values(EpCase{Format::nvfp4, Format::nvfp4, Fp8ScaleKind::f32, false,
-                             RoutingSkew::uniform},
-                      EpCase{Format::nvfp4, Format::nvfp4, Fp8ScaleKind::f32, true,
-                             RoutingSkew::zipf},
-                      EpCase{Format::mxfp4, Format::mxfp4, Fp8ScaleKind::f32, false,
-                             RoutingSkew::zipf},
-                      EpCase{Format::mxfp4, Format::bf16, Fp8ScaleKind::f32, false,
-                             RoutingSkew::uniform},
-                      EpCase{Format::fp8, Format::fp8, Fp8ScaleKind::ue8m0, false,
-                             RoutingSkew::zipf},
-                      EpCase{Format::bf16, Format::bf16, Fp8ScaleKind::f32, true,
-                             RoutingSkew::uniform}));
+    ::testing::Values(
+        EpCase{Format::nvfp4, Format::nvfp4, Fp8ScaleKind::f32, false, RoutingSkew::uniform},
+        EpCase{Format::nvfp4, Format::nvfp4, Fp8ScaleKind::f32, true, RoutingSkew::zipf},
+        EpCase{Format::mxfp4, Format::mxfp4, Fp8ScaleKind::f32, false, RoutingSkew::zipf},
+        EpCase{Format::mxfp4, Format::bf16, Fp8ScaleKind::f32, false, RoutingSkew::uniform},
+        EpCase{Format::fp8, Format::fp8, Fp8ScaleKind::ue8m0, false, RoutingSkew::zipf},
+        EpCase{Format::bf16, Format::bf16, Fp8ScaleKind::f32, true, RoutingSkew::uniform}));
 
 }  // namespace
 }  // namespace megamoe::reference

@@ -21,8 +21,7 @@ std::uint64_t fresh_seed() {
   return (static_cast<std::uint64_t>(rd()) << 32) | rd();
 }
 
-MoEConfig small_config(Format w, Format a, std::int64_t H, std::int64_t I, std::int64_t E,
-                       int K) {
+MoEConfig small_config(Format w, Format a, std::int64_t H, std::int64_t I, std::int64_t E, int K) {
   MoEConfig c;
   c.shape = {H, I, E, K};
   c.weight_format = w;
@@ -103,12 +102,12 @@ std::vector<float> dequant_naive(const QuantizedMatrix& m, std::int64_t e) {
       break;
     case Format::fp8: {
       const std::size_t ns = static_cast<std::size_t>((m.rows + 127) / 128 * (m.cols / 128));
-      const std::span<const float> sf =
-          m.fp8_scale == Fp8ScaleKind::f32 ? std::span(m.scales_f32).subspan(e * ns, ns)
-                                           : std::span<const float>();
-      const std::span<const std::uint8_t> su =
-          m.fp8_scale == Fp8ScaleKind::ue8m0 ? std::span(m.scales).subspan(e * ns, ns)
-                                             : std::span<const std::uint8_t>();
+      const std::span<const float> sf = m.fp8_scale == Fp8ScaleKind::f32
+                                            ? std::span(m.scales_f32).subspan(e * ns, ns)
+                                            : std::span<const float>();
+      const std::span<const std::uint8_t> su = m.fp8_scale == Fp8ScaleKind::ue8m0
+                                                   ? std::span(m.scales).subspan(e * ns, ns)
+                                                   : std::span<const std::uint8_t>();
       formats::dequantize_fp8(std::span(m.packed).subspan(e * n, n), m.rows, m.cols, 128,
                               m.fp8_scale, sf, su, out);
       break;
@@ -128,7 +127,8 @@ std::vector<double> naive_forward(const MoEConfig& c, const MoEInputs& in,
   const auto N = static_cast<std::int64_t>(in.topk_idx.size()) / K;
   std::vector<double> out(static_cast<std::size_t>(N * H), 0.0);
   std::vector<std::vector<float>> w13(E), w2(E);
-  for (std::int64_t e = 0; e < E; ++e) w13[e] = dequant_naive(w.w13, e), w2[e] = dequant_naive(w.w2, e);
+  for (std::int64_t e = 0; e < E; ++e)
+    w13[e] = dequant_naive(w.w13, e), w2[e] = dequant_naive(w.w2, e);
   for (std::int64_t n = 0; n < N; ++n) {
     std::vector<float> row(in.x.begin() + n * H, in.x.begin() + (n + 1) * H), xq;
     for (float& v : row) v = formats::round_to_bf16(v);
@@ -151,8 +151,7 @@ std::vector<double> naive_forward(const MoEConfig& c, const MoEInputs& in,
         if (amax) (*amax)[e] = std::max((*amax)[e], std::fabs(a[i]));
       }
       std::vector<float> aq;
-      const double ga =
-          quant_row_naive(c, a, c.act_format == Format::nvfp4 ? fc2[e] : 0.0f, aq);
+      const double ga = quant_row_naive(c, a, c.act_format == Format::nvfp4 ? fc2[e] : 0.0f, aq);
       for (std::int64_t h = 0; h < H; ++h) {
         double y = 0;
         for (std::int64_t i = 0; i < I; ++i) y += double(aq[i]) * w2[e][h * I + i];
@@ -165,7 +164,8 @@ std::vector<double> naive_forward(const MoEConfig& c, const MoEInputs& in,
 
 double rel_l2(const std::vector<double>& a, const std::vector<double>& b) {
   double num = 0, den = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) num += (a[i] - b[i]) * (a[i] - b[i]), den += b[i] * b[i];
+  for (std::size_t i = 0; i < a.size(); ++i)
+    num += (a[i] - b[i]) * (a[i] - b[i]), den += b[i] * b[i];
   return std::sqrt(num / std::max(den, 1e-300));
 }
 
@@ -244,20 +244,25 @@ TEST_P(ReferenceFormats, MatchesNaiveImplementation) {
 
 INSTANTIATE_TEST_SUITE_P(
     All, ReferenceFormats,
-    ::testing::Values(
-        FormatCase{Format::nvfp4, Format::nvfp4, Fp8ScaleKind::f32, {}},
-        FormatCase{Format::mxfp4, Format::mxfp4, Fp8ScaleKind::f32, {}},
-        FormatCase{Format::mxfp4, Format::fp8, Fp8ScaleKind::ue8m0, {}},
-        FormatCase{Format::mxfp4, Format::bf16, Fp8ScaleKind::f32, {}},
-        FormatCase{Format::fp8, Format::fp8, Fp8ScaleKind::f32, {}},
-        FormatCase{Format::fp8, Format::fp8, Fp8ScaleKind::ue8m0, {}},
-        FormatCase{Format::bf16, Format::bf16, Fp8ScaleKind::f32, {}},
-        FormatCase{Format::bf16, Format::bf16, Fp8ScaleKind::f32,
-                   {ActivationKind::swiglu, 0.5f, 1.702f, 7.0f}},
-        FormatCase{Format::nvfp4, Format::nvfp4, Fp8ScaleKind::f32,
-                   {ActivationKind::geglu, 0.0f, 1.702f, 7.0f}},
-        FormatCase{Format::mxfp4, Format::mxfp4, Fp8ScaleKind::f32,
-                   {ActivationKind::swiglu_oai, 0.0f, 1.702f, 0.6f}}));
+    ::testing::Values(FormatCase{Format::nvfp4, Format::nvfp4, Fp8ScaleKind::f32, {}},
+                      FormatCase{Format::mxfp4, Format::mxfp4, Fp8ScaleKind::f32, {}},
+                      FormatCase{Format::mxfp4, Format::fp8, Fp8ScaleKind::ue8m0, {}},
+                      FormatCase{Format::mxfp4, Format::bf16, Fp8ScaleKind::f32, {}},
+                      FormatCase{Format::fp8, Format::fp8, Fp8ScaleKind::f32, {}},
+                      FormatCase{Format::fp8, Format::fp8, Fp8ScaleKind::ue8m0, {}},
+                      FormatCase{Format::bf16, Format::bf16, Fp8ScaleKind::f32, {}},
+                      FormatCase{Format::bf16,
+                                 Format::bf16,
+                                 Fp8ScaleKind::f32,
+                                 {ActivationKind::swiglu, 0.5f, 1.702f, 7.0f}},
+                      FormatCase{Format::nvfp4,
+                                 Format::nvfp4,
+                                 Fp8ScaleKind::f32,
+                                 {ActivationKind::geglu, 0.0f, 1.702f, 7.0f}},
+                      FormatCase{Format::mxfp4,
+                                 Format::mxfp4,
+                                 Fp8ScaleKind::f32,
+                                 {ActivationKind::swiglu_oai, 0.0f, 1.702f, 0.6f}}));
 
 TEST(ReferenceForward, DecodeMatchesFormats) {
   const std::uint64_t seed = fresh_seed();
@@ -289,9 +294,9 @@ TEST(ReferenceForward, MaskedAndInvalidRoutes) {
   MoEInputs in = random_inputs(c, 4, {}, seed);
   const QuantizedWeights w = random_weights(c, seed);
   MoEInputs bad = in, masked = in;
-  bad.topk_idx[1] = 4;      // == E: out of range
-  bad.topk_idx[2] = -7;     // negative, not -1
-  bad.topk_idx[5] = -1;     // masked, not counted
+  bad.topk_idx[1] = 4;   // == E: out of range
+  bad.topk_idx[2] = -7;  // negative, not -1
+  bad.topk_idx[5] = -1;  // masked, not counted
   masked.topk_idx[1] = masked.topk_idx[2] = masked.topk_idx[5] = -1;
   const MoEOutputs ob = moe_forward(c, bad, w), om = moe_forward(c, masked, w);
   EXPECT_EQ(ob.invalid_routes, 2);

@@ -34,16 +34,15 @@ TEST(ReferencePerf, Dsv4FlashNvfp4With256Tokens) {
   const QuantizedWeights w = random_weights(c, seed, WeightInit::random_codes);
   const MoEInputs in = random_inputs(c, 64, ro, seed);
   std::printf("[ perf ] generated %.1f GB of weights in %.2f s\n",
-              double(w.w13.packed.size() + w.w2.packed.size()) * 1.125 / 1e9,
-              seconds_since(t0));
+              double(w.w13.packed.size() + w.w2.packed.size()) * 1.125 / 1e9, seconds_since(t0));
   ForwardOptions opt;
   // |a| is O(0.1..1) for these weights; a fixed scale keeps the timing to one forward pass.
   opt.fc2_input_scale.assign(static_cast<std::size_t>(c.shape.num_experts), 1.0f / 2688.0f);
   t0 = std::chrono::steady_clock::now();
   const MoEOutputs o = moe_forward(c, in, w, opt);
   const double t = seconds_since(t0);
-  std::printf("[ perf ] dsv4-flash nvfp4, 256 tokens, R = 4: moe_forward %.2f s on %u threads\n",
-              t, std::thread::hardware_concurrency());
+  std::printf("[ perf ] dsv4-flash nvfp4, 256 tokens, R = 4: moe_forward %.2f s on %u threads\n", t,
+              std::thread::hardware_concurrency());
   double energy = 0;
   for (double v : o.out) {
     ASSERT_TRUE(std::isfinite(v));

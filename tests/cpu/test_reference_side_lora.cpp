@@ -28,8 +28,8 @@ struct Problem {
 };
 
 Problem make_problem(Format base, ActivationSpec act, bool tied, int ranks, std::uint64_t seed,
-                     std::int64_t H = 16, std::int64_t I = 8, std::int64_t E = 4,
-                     int rank = 4, std::int64_t tokens_per_rank = 3) {
+                     std::int64_t H = 16, std::int64_t I = 8, std::int64_t E = 4, int rank = 4,
+                     std::int64_t tokens_per_rank = 3) {
   Problem p;
   p.c.shape = {H, I, E, 2};
   p.c.weight_format = base;
@@ -130,11 +130,12 @@ INSTANTIATE_TEST_SUITE_P(
         FdCase{"swiglu_clamp", Format::bf16, {ActivationKind::swiglu, 0.6f, 1.702f, 7.0f}, false},
         FdCase{"geglu", Format::bf16, {ActivationKind::geglu, 0.0f, 1.702f, 7.0f}, false},
         FdCase{"geglu_clamp", Format::bf16, {ActivationKind::geglu, 0.6f, 1.702f, 7.0f}, false},
-        FdCase{"swiglu_oai", Format::bf16, {ActivationKind::swiglu_oai, 0.0f, 1.702f, 0.8f},
-               false},
+        FdCase{"swiglu_oai", Format::bf16, {ActivationKind::swiglu_oai, 0.0f, 1.702f, 0.8f}, false},
         FdCase{"tied", Format::bf16, {ActivationKind::swiglu, 0.0f, 1.702f, 7.0f}, true},
-        FdCase{"mxfp4_swiglu_clamp", Format::mxfp4,
-               {ActivationKind::swiglu, 0.6f, 1.702f, 7.0f}, false}),
+        FdCase{"mxfp4_swiglu_clamp",
+               Format::mxfp4,
+               {ActivationKind::swiglu, 0.6f, 1.702f, 7.0f},
+               false}),
     [](const auto& param_info) { return std::string(param_info.param.name); });
 
 TEST(SideLora, ZeroScaleIsBitwiseTheBaseLayer) {
@@ -174,8 +175,8 @@ TEST(SideLora, IdenticalForAnyRankCount) {
   const std::uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   for (Format base : {Format::bf16, Format::mxfp4}) {
-    Problem p = make_problem(base, {ActivationKind::geglu, 1.0f, 1.702f, 7.0f}, false, 1, seed,
-                             64, 64, 8, 8, 16);
+    Problem p = make_problem(base, {ActivationKind::geglu, 1.0f, 1.702f, 7.0f}, false, 1, seed, 64,
+                             64, 8, 8, 16);
     const MoEOutputs f1 = side_lora_forward(p.c, p.in, p.w, p.l);
     const LoraGradients g1 = side_lora_backward(p.c, p.in, p.w, p.l, p.g);
     const LoraGradients e1 = side_lora_backward(p.c, p.in, p.w, p.l, p.g, Precision::fp64);
@@ -191,7 +192,8 @@ TEST(SideLora, IdenticalForAnyRankCount) {
 
 double cosine(const std::vector<double>& a, const std::vector<double>& b) {
   double ab = 0, aa = 0, bb = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) ab += a[i] * b[i], aa += a[i] * a[i], bb += b[i] * b[i];
+  for (std::size_t i = 0; i < a.size(); ++i)
+    ab += a[i] * b[i], aa += a[i] * a[i], bb += b[i] * b[i];
   return ab / std::sqrt(aa * bb);
 }
 

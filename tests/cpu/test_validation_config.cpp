@@ -34,9 +34,8 @@ MoEConfig good_lora() {
 
 TEST(ValidationConfig, AcceptsEverySupportedPairAndPreset) {
   const std::pair<Format, Format> pairs[] = {
-      {Format::nvfp4, Format::nvfp4}, {Format::mxfp4, Format::mxfp4},
-      {Format::mxfp4, Format::fp8},   {Format::mxfp4, Format::bf16},
-      {Format::fp8, Format::fp8},     {Format::bf16, Format::bf16}};
+      {Format::nvfp4, Format::nvfp4}, {Format::mxfp4, Format::mxfp4}, {Format::mxfp4, Format::fp8},
+      {Format::mxfp4, Format::bf16},  {Format::fp8, Format::fp8},     {Format::bf16, Format::bf16}};
   for (auto [w, a] : pairs) {
     MoEConfig c = good();
     c.weight_format = w;
@@ -123,12 +122,15 @@ TEST(ValidationConfig, ExpertsPerRankBounded) {
 TEST(ValidationConfig, TopKRange) {
   MoEConfig c = good();
   c.shape.top_k = 0;
-  EXPECT_INVALID(validate_config(c), "config.shape.top_k", "must be in [1, min(num_experts, 16) = 16]");
+  EXPECT_INVALID(validate_config(c), "config.shape.top_k",
+                 "must be in [1, min(num_experts, 16) = 16]");
   c.shape.top_k = 17;
-  EXPECT_INVALID(validate_config(c), "config.shape.top_k", "must be in [1, min(num_experts, 16) = 16]");
+  EXPECT_INVALID(validate_config(c), "config.shape.top_k",
+                 "must be in [1, min(num_experts, 16) = 16]");
   c.shape.num_experts = 4;
   c.shape.top_k = 5;
-  EXPECT_INVALID(validate_config(c), "config.shape.top_k", "must be in [1, min(num_experts, 16) = 4]");
+  EXPECT_INVALID(validate_config(c), "config.shape.top_k",
+                 "must be in [1, min(num_experts, 16) = 4]");
   c.shape.top_k = 4;
   EXPECT_NO_THROW(validate_config(c));
 }
@@ -154,9 +156,8 @@ TEST(ValidationConfig, UnknownFormatValues) {
 
 TEST(ValidationConfig, UnsupportedFormatPairs) {
   const std::pair<Format, Format> bad[] = {
-      {Format::nvfp4, Format::fp8},   {Format::nvfp4, Format::bf16},
-      {Format::nvfp4, Format::mxfp4}, {Format::mxfp4, Format::nvfp4},
-      {Format::fp8, Format::bf16},    {Format::fp8, Format::mxfp4},
+      {Format::nvfp4, Format::fp8},   {Format::nvfp4, Format::bf16}, {Format::nvfp4, Format::mxfp4},
+      {Format::mxfp4, Format::nvfp4}, {Format::fp8, Format::bf16},   {Format::fp8, Format::mxfp4},
       {Format::bf16, Format::fp8},    {Format::bf16, Format::nvfp4}};
   for (auto [w, a] : bad) {
     MoEConfig c = good();
@@ -181,8 +182,8 @@ TEST(ValidationConfig, ActivationKind) {
 }
 
 TEST(ValidationConfig, ClampFiniteNonNegative) {
-  for (float clamp : {-1.0f, std::numeric_limits<float>::quiet_NaN(),
-                      std::numeric_limits<float>::infinity()}) {
+  for (float clamp :
+       {-1.0f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
     MoEConfig c = good();
     c.activation.kind = ActivationKind::geglu;
     c.activation.clamp = clamp;
@@ -235,8 +236,7 @@ TEST(ValidationConfig, LoraRank) {
   for (int r : {0, 8, 24, 100, 272, -16}) {
     MoEConfig c = good_lora();
     c.lora_rank = r;
-    EXPECT_INVALID(validate_config(c), "config.lora_rank",
-                   "must be a multiple of 16 in [16, 256]");
+    EXPECT_INVALID(validate_config(c), "config.lora_rank", "must be a multiple of 16 in [16, 256]");
   }
   for (int r : {16, 64, 128, 256}) {
     MoEConfig c = good_lora();

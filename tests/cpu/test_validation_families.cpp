@@ -60,9 +60,15 @@ using Fp8Call = Call<Fp8ExpertWeights>;
 using Mxfp4Call = Call<Mxfp4ExpertWeights>;
 using Bf16Call = Call<Bf16ExpertWeights>;
 
-void run(const Fp8Call& c) { validate::validate_fp8_mega_moe(buffer_facts(c.buffer, kGpu0), c.weights, c.outputs); }
-void run(const Mxfp4Call& c) { validate::validate_mxfp4_mega_moe(buffer_facts(c.buffer, kGpu0), c.weights, c.outputs); }
-void run(const Bf16Call& c) { validate::validate_bf16_mega_moe(buffer_facts(c.buffer, kGpu0), c.weights, c.outputs); }
+void run(const Fp8Call& c) {
+  validate::validate_fp8_mega_moe(buffer_facts(c.buffer, kGpu0), c.weights, c.outputs);
+}
+void run(const Mxfp4Call& c) {
+  validate::validate_mxfp4_mega_moe(buffer_facts(c.buffer, kGpu0), c.weights, c.outputs);
+}
+void run(const Bf16Call& c) {
+  validate::validate_bf16_mega_moe(buffer_facts(c.buffer, kGpu0), c.weights, c.outputs);
+}
 
 template <typename F>
 void expect_unsupported(F&& f, std::string_view function) {
@@ -70,8 +76,9 @@ void expect_unsupported(F&& f, std::string_view function) {
     f();
     ADD_FAILURE() << function << " returned instead of refusing";
   } catch (const Unsupported& e) {
-    EXPECT_NE(std::string(e.what()).find(std::string(function) + ": no sm90 kernel for this family yet"),
-              std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find(std::string(function) + ": no sm90 kernel for this family yet"),
+        std::string::npos)
         << e.what();
   }
 }

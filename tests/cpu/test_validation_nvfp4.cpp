@@ -68,7 +68,8 @@ struct Call {
       weights.push_back(kernel_weights(alloc, cfg));
       Nvfp4MoEOutputs o;
       o.rank = swap ? 1 - i : i;
-      o.out = alloc.tensor(DType::bf16, {seeded.uniform(0, cfg.max_tokens_per_rank), cfg.shape.hidden});
+      o.out =
+          alloc.tensor(DType::bf16, {seeded.uniform(0, cfg.max_tokens_per_rank), cfg.shape.hidden});
       outputs.push_back(o);
     }
   }

@@ -60,7 +60,7 @@ MoEConfig config_of(const Case& c) {
 // One rank's host inputs.
 struct HostInputs {
   std::int64_t tokens = 0;
-  std::int64_t row_stride = 0;  // elements
+  std::int64_t row_stride = 0;   // elements
   std::vector<std::uint16_t> x;  // bf16 [T, row_stride]
   std::vector<std::int64_t> ids;
   std::vector<float> weights;
@@ -68,7 +68,9 @@ struct HostInputs {
   bool idx64 = false;
 };
 
-std::uint16_t bf16(float v) { return formats::bf16_from_float(v); }
+std::uint16_t bf16(float v) {
+  return formats::bf16_from_float(v);
+}
 
 // Rows of hand-made values: exact ties of every recipe's rounding, zeros, tiny values, NaN/Inf.
 void plant_special_rows(HostInputs& in, std::int64_t h, Format format, std::mt19937_64& rng) {
@@ -102,16 +104,16 @@ void plant_special_rows(HostInputs& in, std::int64_t h, Format format, std::mt19
     std::fill(row(r), row(r) + h, bf16(0.0f));
     ++r;
   }
-  if (r < in.tokens) {                                                  // tiny values
+  if (r < in.tokens) {  // tiny values
     std::uint16_t* x = row(r++);
     std::uniform_real_distribution<float> tiny(-1e-36f, 1e-36f);
     for (std::int64_t i = 0; i < h; ++i) x[i] = bf16(tiny(rng));
   }
   if (r < in.tokens) {  // non-finite inputs stay inside their block / token
     std::uint16_t* x = row(r++);
-    x[3] = 0x7FC0;                                               // NaN
-    x[h / 2] = 0xFF80;                                           // -Inf
-    x[h - 5] = 0x7F80;                                           // +Inf
+    x[3] = 0x7FC0;      // NaN
+    x[h / 2] = 0xFF80;  // -Inf
+    x[h - 5] = 0x7F80;  // +Inf
   }
 }
 
@@ -147,7 +149,10 @@ HostInputs make_inputs(const Case& c, std::int64_t tokens, std::mt19937_64& rng,
       id = -1;  // masked
     } else if (roll < 16) {
       // Out of range: just past E, far past, negative, and (i64) past 2^31.
-      const std::int64_t bad[] = {c.num_experts, c.num_experts + 1000, -2, -1000000,
+      const std::int64_t bad[] = {c.num_experts,
+                                  c.num_experts + 1000,
+                                  -2,
+                                  -1000000,
                                   idx64 ? (std::int64_t{1} << 33) + 3 : 1 << 30,
                                   idx64 ? std::numeric_limits<std::int64_t>::min() : -(1 << 30)};
       id = bad[rng() % 6];
@@ -167,11 +172,11 @@ HostInputs make_inputs(const Case& c, std::int64_t tokens, std::mt19937_64& rng,
 
 // The CPU oracle: each token row quantized with the formats module, routes masked.
 struct Expected {
-  std::vector<std::uint8_t> x;   // [T, row_bytes]
-  std::vector<std::uint8_t> sf;  // [T, sf_row_bytes]
-  std::vector<float> global;     // [T] (nvfp4)
-  std::vector<std::int32_t> ids;       // [T_max, K]
-  std::vector<float> weights;          // [T_max, K]
+  std::vector<std::uint8_t> x;    // [T, row_bytes]
+  std::vector<std::uint8_t> sf;   // [T, sf_row_bytes]
+  std::vector<float> global;      // [T] (nvfp4)
+  std::vector<std::int32_t> ids;  // [T_max, K]
+  std::vector<float> weights;     // [T_max, K]
   std::size_t row_bytes = 0, sf_row_bytes = 0;
 };
 
@@ -271,9 +276,8 @@ DeviceInputs to_device(const Case& c, const HostInputs& in, int rank) {
 
 std::vector<std::uint8_t> download_rank(const SymmBuffer& b, int rank) {
   std::vector<std::uint8_t> host(b.plan.total_bytes);
-  MEGAMOE_CU(cuda::driver().cuMemcpyDtoH(host.data(),
-                                         reinterpret_cast<CUdeviceptr>(b.memory->base(rank)),
-                                         host.size()));
+  MEGAMOE_CU(cuda::driver().cuMemcpyDtoH(
+      host.data(), reinterpret_cast<CUdeviceptr>(b.memory->base(rank)), host.size()));
   return host;
 }
 
@@ -297,8 +301,8 @@ void poison(const SymmBuffer& b, int rank) {
     for (std::size_t i = 0; i < row_bytes; ++i) {
       if (g[i] != w[i]) {
         return ::testing::AssertionFailure()
-               << "region '" << r.name << "' row " << row << " byte " << i << ": got 0x"
-               << std::hex << int{g[i]} << ", want 0x" << int{w[i]} << std::dec;
+               << "region '" << r.name << "' row " << row << " byte " << i << ": got 0x" << std::hex
+               << int{g[i]} << ", want 0x" << int{w[i]} << std::dec;
       }
     }
   }
@@ -324,8 +328,8 @@ void check_rank(const Case& c, const SymmBuffer& b, int rank, const HostInputs& 
     EXPECT_TRUE(rows_equal(got, p.region("x_global"), t, 4, bytes_of(e.global)));
   }
   const std::size_t route_bytes = static_cast<std::size_t>(c.top_k) * 4;
-  EXPECT_TRUE(rows_equal(got, p.region("topk_idx"), static_cast<std::size_t>(c.t_max),
-                         route_bytes, bytes_of(e.ids)));
+  EXPECT_TRUE(rows_equal(got, p.region("topk_idx"), static_cast<std::size_t>(c.t_max), route_bytes,
+                         bytes_of(e.ids)));
   EXPECT_TRUE(rows_equal(got, p.region("topk_weights"), static_cast<std::size_t>(c.t_max),
                          route_bytes, bytes_of(e.weights)));
   std::int32_t num_tokens = 0;
@@ -358,7 +362,8 @@ void run_case(const Case& c, std::mt19937_64& rng, std::int64_t first_tokens, bo
   std::vector<DeviceInputs> dev;
   for (int r = 0; r < c.num_ranks; ++r) {
     const std::int64_t t =
-        r == 0 ? first_tokens : static_cast<std::int64_t>(1 + rng() % static_cast<std::uint64_t>(c.t_max));
+        r == 0 ? first_tokens
+               : static_cast<std::int64_t>(1 + rng() % static_cast<std::uint64_t>(c.t_max));
     std::uint32_t e = 0;
     host.push_back(make_inputs(c, t, rng, rng() % 2 == 0, rng() % 2 == 0, &e));
     errors.push_back(e);
@@ -372,7 +377,8 @@ void run_case(const Case& c, std::mt19937_64& rng, std::int64_t first_tokens, bo
   runtime::launch_pre_dispatch(b, views, nullptr, hw_e4m3);
   MEGAMOE_CU(cuda::driver().cuCtxSynchronize());
   for (int r = 0; r < c.num_ranks; ++r) {
-    SCOPED_TRACE("rank " + std::to_string(r) + " T=" + std::to_string(host[static_cast<std::size_t>(r)].tokens));
+    SCOPED_TRACE("rank " + std::to_string(r) +
+                 " T=" + std::to_string(host[static_cast<std::size_t>(r)].tokens));
     check_rank(c, b, r, host[static_cast<std::size_t>(r)], errors[static_cast<std::size_t>(r)]);
   }
 }
@@ -401,10 +407,11 @@ TEST_F(PreDispatchGpu, BytewiseEqualToCpuAcrossTheMatrix) {
         c.num_ranks = (index % 3 == 2) ? 2 : 1;
         c.t_max = 200 + static_cast<std::int64_t>(rng() % 120);
         // T = T_max, T = 1 and random T in turn.
-        const std::int64_t t = index % 3 == 0   ? c.t_max
-                               : index % 3 == 1 ? 1
-                                                : 1 + static_cast<std::int64_t>(
-                                                          rng() % static_cast<std::uint64_t>(c.t_max));
+        const std::int64_t t =
+            index % 3 == 0 ? c.t_max
+            : index % 3 == 1
+                ? 1
+                : 1 + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(c.t_max));
         ++index;
         run_case(c, rng, t, /*hw_e4m3=*/true);
         // FP8 both ways: the integer recipe and the hardware conversion.

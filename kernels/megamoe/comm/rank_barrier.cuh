@@ -48,9 +48,10 @@ MEGAMOE_DEVICE u32 arrival_value(bool first, u32 participants) {
 // included) are visible to every thread of those CTAs afterwards.
 MEGAMOE_DEVICE void rank_grid_barrier(u32* counter, int cta_in_rank, int n, u64 timeout_ns,
                                       u32* status, int rank, u32 phase) {
-  ptx::fence_acq_rel_sys();
+  // bar.sync orders the CTA's writes before thread 0's cumulative release fence.
   __syncthreads();
   if (threadIdx.x == 0) {
+    ptx::fence_acq_rel_sys();
     const u32 old =
         ptx::atomic_add_release_sys(counter, arrival_value(cta_in_rank == 0, static_cast<u32>(n)));
     spin_for_flip(counter, old, timeout_ns, status, rank, phase);

@@ -18,7 +18,24 @@ MEGAMOE_DEVICE float finite_abs(float x) {
 }
 
 // Max of two values that finite_abs produced (never NaN, never negative).
-MEGAMOE_DEVICE float amax2(float a, float b) { return a > b ? a : b; }
+MEGAMOE_DEVICE float amax2(float a, float b) {
+  return a > b ? a : b;
+}
+
+// Running max of the finite |values| of two packed bf16, kept as two 15-bit magnitudes (the
+// bits of |bf16| order like the values, so this is the CPU's finite_abs_max). Non-finite lanes
+// (|bits| >= 0x7F80) get bit 15 set, become negative as s16, and lose to acc >= 0.
+MEGAMOE_DEVICE u32 bf16x2_finite_amax(u32 acc, u32 packed) {
+  const u32 a = packed & 0x7FFF7FFFu;
+  const u32 masked = a | ((a + 0x00800080u) & 0x80008000u);  // no carry crosses a lane
+  return __vmaxs2(acc, masked);
+}
+
+// The float value of the larger lane of a bf16x2_finite_amax accumulator.
+MEGAMOE_DEVICE float bf16x2_amax_value(u32 acc) {
+  const u32 lo = acc & 0xFFFFu, hi = acc >> 16;
+  return __uint_as_float((lo > hi ? lo : hi) << 16);
+}
 
 // 2^e for e in [-149, 127], from bits (subnormal results included).
 MEGAMOE_DEVICE float exp2_exact(int e) {
@@ -86,7 +103,9 @@ MEGAMOE_DEVICE u32 ue8m0_ceil_code(float x) {
 }
 
 // 2^(127-s): multiplying by it equals dividing by 2^(s-127) exactly.
-MEGAMOE_DEVICE float ue8m0_reciprocal(u32 s) { return exp2_exact(127 - static_cast<int>(s)); }
+MEGAMOE_DEVICE float ue8m0_reciprocal(u32 s) {
+  return exp2_exact(127 - static_cast<int>(s));
+}
 
 // ---- recipe steps ----------------------------------------------------------------------------
 
@@ -133,9 +152,8 @@ struct E2m1Divider {
   MEGAMOE_DEVICE explicit E2m1Divider(float d) {
     const double dd = static_cast<double>(d);
     // {boundary, strict}: strict boundaries need the first float strictly above the product.
-    constexpr double kBoundary[7] = {0.25 + 0x1p-26, 0.75 - 0x1p-25, 1.25 + 0x1p-24,
-                                     1.75 - 0x1p-24, 2.5 + 0x1p-23,  3.5 - 0x1p-23,
-                                     5.0 + 0x1p-22};
+    constexpr double kBoundary[7] = {0.25 + 0x1p-26, 0.75 - 0x1p-25, 1.25 + 0x1p-24, 1.75 - 0x1p-24,
+                                     2.5 + 0x1p-23,  3.5 - 0x1p-23,  5.0 + 0x1p-22};
 #pragma unroll
     for (int k = 0; k < 7; ++k) {
       double p = __dmul_rn(kBoundary[k], dd);  // exact
@@ -151,6 +169,62 @@ struct E2m1Divider {
     const u32 u = __float_as_uint(x);
     return e2m1_sign(u) | count_bounds(u & 0x7FFFFFFFu, bound[0], bound[1], bound[2], bound[3],
                                        bound[4], bound[5], bound[6]);
+  }
+};
+
+}  // namespace megamoe::device::exact
+
+namespace megamoe::device::exact {
+
+// 0xFFFF in each 16-bit lane of d whose bit 15 is set, 0 elsewhere (prmt sign replication).
+MEGAMOE_DEVICE u32 lane_sign_mask(u32 d) {
+#ifdef __CUDA_ARCH__
+  u32 m;
+  asm("prmt.b32 %0, %1, 0, 0xBB99;" : "=r"(m) : "r"(d));
+  return m;
+#else  // host builds of this header (the exhaustive codec checks)
+  return ((d >> 15) & 0x00010001u) * 0xFFFFu;
+#endif
+}
+
+// E2m1Divider for bf16 inputs, two per 32-bit word: the 7 decision bounds as 15-bit |bf16|
+// magnitudes (|x| >= bound <=> |x| bits >= bound / 2^16 rounded up, because a bf16's low 16 bits
+// are zero), replicated into both 16-bit lanes. A lane biased by 0x8000 minus a bound never
+// borrows from its neighbour and keeps "|x| >= bound" in its bit 15, so one 32-bit subtraction
+// compares two elements; the binary search of count_bounds then runs on both lanes at once.
+struct E2m1Bf16x2Encoder {
+  u32 bound[7];
+
+  MEGAMOE_DEVICE explicit E2m1Bf16x2Encoder(const E2m1Divider& d) {
+#pragma unroll
+    for (int k = 0; k < 7; ++k) bound[k] = ((d.bound[k] + 0xFFFFu) >> 16) * 0x00010001u;
+  }
+
+  // The e2m1 codes of the two bf16 in `pair`, element 0 in bits 0-3, element 1 in bits 16-19.
+  MEGAMOE_DEVICE u32 codes(u32 pair) const {
+    const u32 x = (pair & 0x7FFF7FFFu) | 0x80008000u;  // |bf16| + 0x8000 per lane
+    const u32 hi = lane_sign_mask(x - bound[3]);       // >= threshold 3
+    const u32 mid = lane_sign_mask(x - ((bound[5] & hi) | (bound[1] & ~hi)));
+    const u32 low_bound = (((bound[6] & mid) | (bound[4] & ~mid)) & hi) |
+                          (((bound[2] & mid) | (bound[0] & ~mid)) & ~hi);
+    const u32 low = (x - low_bound) >> 15;  // bit 0 and bit 16
+    const u32 mag = (hi & 0x00040004u) | (mid & 0x00020002u) | (low & 0x00010001u);
+    // Sign into bit 3, except for NaN (|bits| > 0x7F80), which the CPU encodes as +6.
+    const u32 not_nan = ~(x - 0x7F817F81u);  // bit 15 set <=> |bf16| <= 0x7F80
+    const u32 sign = (pair & not_nan & 0x80008000u) >> 12;
+    return mag | sign;
+  }
+
+  // Eight codes of four pairs as one word, element 2i in the low nibble of byte i.
+  MEGAMOE_DEVICE u32 pack(const u32* pairs) const {
+    u32 bytes[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const u32 c = codes(pairs[i]);
+      bytes[i] = c | (c >> 12);  // element 1 into bits 4-7
+    }
+    return __byte_perm(__byte_perm(bytes[0], bytes[1], 0x0040),
+                       __byte_perm(bytes[2], bytes[3], 0x0040), 0x5410);
   }
 };
 

@@ -105,8 +105,8 @@ MEGAMOE_DEVICE void load_token_tile(u16* b, int live, RowPtr row_ptr, SfPtr sf_p
       const u8* q = row_ptr(i) + blk * 8;
       u32 lo, hi, sc;
       if constexpr (kCoherent) {
-        asm volatile("ld.global.v2.u32 {%0, %1}, [%2];" : "=r"(lo), "=r"(hi) : "l"(q) : "memory");
-        sc = *reinterpret_cast<const volatile u8*>(sf_ptr(i) + blk);
+        asm volatile("ld.global.cg.v2.u32 {%0, %1}, [%2];" : "=r"(lo), "=r"(hi) : "l"(q) : "memory");
+        sc = __ldcg(sf_ptr(i) + blk);
       } else {
         asm("ld.global.nc.v2.u32 {%0, %1}, [%2];" : "=r"(lo), "=r"(hi) : "l"(q));
         sc = __ldg(sf_ptr(i) + blk);
@@ -320,19 +320,29 @@ __global__ void __launch_bounds__(kNvfp4Threads, 1) nvfp4_mega_moe_kernel(const 
           for (int sr = 0; sr < R && pos < r1; ++sr) {
             const int* idx = reinterpret_cast<const int*>(a.base[sr] + a.off_topk_idx);
             const int n = src_tokens[sr] * K;
-            for (int base = 0; base < n && pos < r1; base += 32) {
-              const int i = base + lane;
-              const bool m = i < n && __ldg(idx + i) == want;
-              const u32 bal = __ballot_sync(0xFFFFFFFFu, m);
-              if (m) {
-                const int p = pos + __popc(bal & ((1u << lane) - 1u));
-                if (p >= r0 && p < r1) {
-                  s.route_src[p - r0] = sr;
-                  s.route_tok[p - r0] = i / K;
-                  s.route_k[p - r0] = i - (i / K) * K;
-                }
+            // 8 independent loads per lane before the first ballot: the scan is latency bound.
+            for (int base = 0; base < n && pos < r1; base += 256) {
+              int ids[8];
+#pragma unroll
+              for (int u = 0; u < 8; ++u) {
+                const int i = base + u * 32 + lane;
+                ids[u] = i < n ? __ldg(idx + i) : -1;
               }
-              pos += __popc(bal);
+#pragma unroll
+              for (int u = 0; u < 8; ++u) {
+                const int i = base + u * 32 + lane;
+                const bool m = ids[u] == want;
+                const u32 bal = __ballot_sync(0xFFFFFFFFu, m);
+                if (m) {
+                  const int p = pos + __popc(bal & ((1u << lane) - 1u));
+                  if (p >= r0 && p < r1) {
+                    s.route_src[p - r0] = sr;
+                    s.route_tok[p - r0] = i / K;
+                    s.route_k[p - r0] = i - (i / K) * K;
+                  }
+                }
+                pos += __popc(bal);
+              }
             }
           }
         }

@@ -49,26 +49,10 @@ struct PreDispatchTraits {
 
 // Threads per CTA: one per group, rounded up to whole warps.
 template <int kHidden, int kFormat>
-inline constexpr int kPreDispatchThreads =
-    (kHidden / PreDispatchTraits<kFormat>::kGroup + 31) / 32 * 32;
+inline constexpr int kPreDispatchThreads = (kHidden / PreDispatchTraits<kFormat>::kGroup + 31) /
+                                           32 * 32;
 
 namespace pre_dispatch_detail {
-
-// Packs 8 e2m1 codes of v * inv (element 2i in the low nibble of byte i).
-MEGAMOE_DEVICE u32 pack_e2m1x8_scaled(const float* v, float inv) {
-  u32 word = 0;
-#pragma unroll
-  for (int k = 0; k < 8; ++k) word |= exact::e2m1_code(__fmul_rn(v[k], inv)) << (4 * k);
-  return word;
-}
-
-// Packs 8 e2m1 codes of v / d, d given by its divider.
-MEGAMOE_DEVICE u32 pack_e2m1x8_divided(const float* v, const exact::E2m1Divider& d) {
-  u32 word = 0;
-#pragma unroll
-  for (int k = 0; k < 8; ++k) word |= d.code(v[k]) << (4 * k);
-  return word;
-}
 
 // Packs 4 e4m3 bytes. kHw: the sm89+ conversion instruction, with its NaN bytes rewritten to
 // the CPU's 0x7F (it rounds and saturates like the CPU otherwise).
@@ -82,8 +66,8 @@ MEGAMOE_DEVICE u32 pack_e4m3x4(const float* q) {
     const u32 nan_bytes = __vcmpeq4(word & 0x7F7F7F7Fu, 0x7F7F7F7Fu);
     return (word & ~nan_bytes) | (0x7F7F7F7Fu & nan_bytes);
   } else {
-    return exact::e4m3_code(q[0]) | (exact::e4m3_code(q[1]) << 8) |
-           (exact::e4m3_code(q[2]) << 16) | (exact::e4m3_code(q[3]) << 24);
+    return exact::e4m3_code(q[0]) | (exact::e4m3_code(q[1]) << 8) | (exact::e4m3_code(q[2]) << 16) |
+           (exact::e4m3_code(q[3]) << 24);
   }
 }
 
@@ -161,8 +145,8 @@ __global__ void __launch_bounds__(kPreDispatchThreads<kHidden, kFormat>)
   // ---- load the thread's group (threads past the last group hold zeros and store nothing) ----
   const bool active = tid < kGroups;
   float v[kGroup];
+  u32 packed[kGroup / 2];
   {
-    u32 packed[kGroup / 2];
     const u16* src = p.x + row * p.x_row_stride + tid * kGroup;
 #pragma unroll
     for (int i = 0; i < kGroup / 8; ++i) {
@@ -187,10 +171,13 @@ __global__ void __launch_bounds__(kPreDispatchThreads<kHidden, kFormat>)
 
   if constexpr (kFormat == kPreDispatchNvfp4) {
     // Two blocks of 16 per thread; the per-token global scale needs the amax of the whole row.
-    float bamax[2] = {0.0f, 0.0f};
+    float bamax[2];
 #pragma unroll
-    for (int i = 0; i < kGroup; ++i) {
-      bamax[i / 16] = exact::amax2(bamax[i / 16], exact::finite_abs(v[i]));
+    for (int b = 0; b < 2; ++b) {
+      u32 acc = 0;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc = exact::bf16x2_finite_amax(acc, packed[8 * b + i]);
+      bamax[b] = exact::bf16x2_amax_value(acc);
     }
     float amax = exact::amax2(bamax[0], bamax[1]);
 #pragma unroll
@@ -210,9 +197,12 @@ __global__ void __launch_bounds__(kPreDispatchThreads<kHidden, kFormat>)
 #pragma unroll
     for (int b = 0; b < 2; ++b) {
       codes[b] = exact::nvfp4_block_code(bamax[b], g);
+      // The CPU divides each element by denom = scale * g; the encoder decides the same codes
+      // from bounds on |x| (no division per element).
       const exact::E2m1Divider denom(__fmul_rn(exact::ue4m3_value(codes[b]), g));
-      words[2 * b] = pre_dispatch_detail::pack_e2m1x8_divided(v + 16 * b, denom);
-      words[2 * b + 1] = pre_dispatch_detail::pack_e2m1x8_divided(v + 16 * b + 8, denom);
+      const exact::E2m1Bf16x2Encoder enc(denom);
+      words[2 * b] = enc.pack(packed + 8 * b);
+      words[2 * b + 1] = enc.pack(packed + 8 * b + 4);
     }
     out = ptx::u32x4{words[0], words[1], words[2], words[3]};
     if (active) {
@@ -220,21 +210,25 @@ __global__ void __launch_bounds__(kPreDispatchThreads<kHidden, kFormat>)
       if (tid == 0) p.out_global[row] = g;
     }
   } else if constexpr (kFormat == kPreDispatchMxfp4) {
-    float bamax = 0.0f;
+    u32 acc = 0;
 #pragma unroll
-    for (int i = 0; i < kGroup; ++i) bamax = exact::amax2(bamax, exact::finite_abs(v[i]));
+    for (int i = 0; i < kGroup / 2; ++i) acc = exact::bf16x2_finite_amax(acc, packed[i]);
+    const float bamax = exact::bf16x2_amax_value(acc);
     const u32 code = exact::pow2_block_code(bamax, 6.0f);
-    const float inv = exact::ue8m0_reciprocal(code);
+    // x * 2^(127-s) and x / 2^(s-127) are the same real, hence the same rounded quotient.
+    const exact::E2m1Bf16x2Encoder enc(
+        exact::E2m1Divider(exact::exp2_exact(static_cast<int>(code) - 127)));
     u32 words[4];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) words[j] = pre_dispatch_detail::pack_e2m1x8_scaled(v + 8 * j, inv);
+    for (int j = 0; j < 4; ++j) words[j] = enc.pack(packed + 4 * j);
     out = ptx::u32x4{words[0], words[1], words[2], words[3]};
     if (active) sf_row[tid] = static_cast<u8>(code);
   } else {
     // FP8: a 1x128 block spans 8 consecutive threads (8 | 32, so never across warps).
-    float bamax = 0.0f;
+    u32 acc = 0;
 #pragma unroll
-    for (int i = 0; i < kGroup; ++i) bamax = exact::amax2(bamax, exact::finite_abs(v[i]));
+    for (int i = 0; i < kGroup / 2; ++i) acc = exact::bf16x2_finite_amax(acc, packed[i]);
+    float bamax = exact::bf16x2_amax_value(acc);
 #pragma unroll
     for (int o = 4; o >= 1; o >>= 1) {
       bamax = exact::amax2(bamax, __shfl_xor_sync(0xFFFFFFFFu, bamax, o));

@@ -17,10 +17,10 @@ MEGAMOE_DEVICE u32x4v load_stream_16(const void* p) {
   return v;
 }
 
-// Coherent 16-byte load (data written earlier in this launch by other CTAs or ranks).
+// 16-byte load through L2 (data written earlier in this launch by other CTAs or ranks).
 MEGAMOE_DEVICE u32x4v load_16(const void* p) {
   u32x4v v;
-  asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+  asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                : "l"(p)
                : "memory");

@@ -8,7 +8,9 @@ namespace megamoe::device::ptx {
 
 // Blocks until every prerequisite grid has completed and its writes are visible. A no-op when
 // the kernel was launched without the attribute.
-MEGAMOE_DEVICE void griddep_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+MEGAMOE_DEVICE void griddep_wait() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
 
 // Lets the next kernel on the stream start its prologue. Its griddep_wait still waits for this
 // whole grid, so calling this early never exposes partial results.

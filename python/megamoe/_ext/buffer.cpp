@@ -32,7 +32,11 @@ RegionType region_type(const SymmBufferPlan& plan, const BufferRegion& r) {
   const dl::dtype u32{static_cast<std::uint8_t>(dl::dtype_code::UInt), 32, 1};
   const dl::dtype f32{static_cast<std::uint8_t>(dl::dtype_code::Float), 32, 1};
   const dl::dtype bf16{static_cast<std::uint8_t>(dl::dtype_code::Bfloat), 16, 1};
-  RegionType typed{{static_cast<std::uint8_t>(dl::dtype_code::UInt), 8, 1}, {r.bytes}};
+  const dl::dtype u8{static_cast<std::uint8_t>(dl::dtype_code::UInt), 8, 1};
+  RegionType typed{u8, {r.bytes}};
+  if (r.rows > 0 && r.row_pitch > 0 && r.rows * r.row_pitch <= r.bytes) {
+    typed = RegionType{u8, {r.rows, r.row_pitch}};  // row-structured bytes, pitch included
+  }
   auto fits = [&](dl::dtype d, std::vector<std::size_t> shape) {
     std::size_t n = d.bits / 8;
     for (std::size_t e : shape) n *= e;

@@ -82,6 +82,16 @@ E enum_arg(nb::handle value, std::string_view argument) {
 nb::object field(nb::handle obj, const char* name);
 bool has_field(nb::handle obj, const char* name);
 
+// Per-rank arguments: `value` as a list of n entries, itself n times when it is not a list or
+// tuple (a sequence must have exactly n entries).
+bool is_sequence(nb::handle h);
+std::vector<nb::object> per_rank(nb::handle value, std::size_t n, const char* name);
+// The ranks of a call with n per-rank entries: `rank` (an int or a list), or else the buffer's
+// driven ranks when n equals their count, or else 0..n-1.
+std::vector<int> ranks_arg(nb::handle rank, std::size_t n, const std::vector<int>& driven);
+// An optional field: an empty view when absent or None.
+TensorView optional_view(nb::handle obj, const char* name, DType dtype);
+
 // CUDA stream argument: an int (the cudaStream_t address), None (the legacy default stream), or
 // an object with `cuda_stream` (torch.cuda.Stream) or `ptr` (cupy) attributes.
 void* stream_arg(nb::handle stream);

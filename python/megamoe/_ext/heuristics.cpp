@@ -15,6 +15,8 @@ void register_heuristics(nb::module_& m) {
   m.def("get_block_m_for_mega_moe", &get_block_m_for_mega_moe, nb::arg("config"),
         nb::arg("num_tokens_per_rank"));
   m.def("reachable_block_ms", &reachable_block_ms, nb::arg("config"));
+  m.def("block_m_regime_ends", &block_m_regime_ends, nb::arg("config"),
+        "largest token count of each reachable BLOCK_M regime, ascending");
   m.def("set_num_sms", &set_num_sms, nb::arg("num_sms"),
         "pin the SM count of the persistent kernels; 0 = all SMs minus MEGAMOE_SM_HEADROOM");
   m.def("get_num_sms", &get_num_sms, "needs a GPU");

@@ -12,6 +12,8 @@ void register_buffer(nb::module_& m);
 void register_heuristics(nb::module_& m);
 void register_pre_dispatch(nb::module_& m);
 void register_nvfp4(nb::module_& m);
+void register_families(nb::module_& m);
+void register_side_lora(nb::module_& m);
 }  // namespace megamoe::python
 
 NB_MODULE(_core, m) {
@@ -40,5 +42,11 @@ NB_MODULE(_core, m) {
 #endif
 #ifdef MEGAMOE_PY_HAVE_NVFP4
   register_nvfp4(m);
+#endif
+#ifdef MEGAMOE_PY_HAVE_FAMILIES
+  register_families(m);
+#endif
+#ifdef MEGAMOE_PY_HAVE_SIDE_LORA
+  register_side_lora(m);
 #endif
 }

@@ -48,37 +48,21 @@ Nvfp4KernelWeights kernel_weights_of(nb::handle w, bool writable) {
   return k;
 }
 
-bool is_sequence(nb::handle h) { return nb::isinstance<nb::list>(h) || nb::isinstance<nb::tuple>(h); }
-
 void run_nvfp4(const SymmBuffer& buffer, nb::handle weights, nb::handle out, nb::handle rank,
                nb::handle stream) {
+  const std::size_t n = is_sequence(out) ? nb::len(out) : 1;
+  const auto outs = per_rank(out, n, "out");
+  if (n > 1 && !is_sequence(weights)) {
+    throw_invalid("weights", "must be a list with one weight set per output");
+  }
+  const auto ws = per_rank(weights, n, "weights");
+  const auto ranks = ranks_arg(rank, n, buffer.memory->driven_ranks());
   std::vector<Nvfp4KernelWeights> w;
   std::vector<Nvfp4MoEOutputs> o;
-  if (is_sequence(out)) {
-    if (!is_sequence(weights) || nb::len(weights) != nb::len(out)) {
-      throw_invalid("weights", "must be a list with one weight set per output");
-    }
-    std::vector<int> ranks;
-    if (rank.is_none()) {
-      ranks = buffer.memory->driven_ranks();
-    } else {
-      for (nb::handle r : rank) ranks.push_back(nb::cast<int>(r));
-    }
-    if (ranks.size() != nb::len(out)) {
-      throw_invalid("out", "must have one tensor per driven rank (" +
-                               std::to_string(ranks.size()) + ")",
-                    std::to_string(nb::len(out)) + " tensors");
-    }
-    std::size_t i = 0;
-    for (nb::handle item : weights) w.push_back(kernel_weights_of(item, false));
-    for (nb::handle item : out) {
-      o.push_back(Nvfp4MoEOutputs{ranks[i++],
-                                  to_view(nb::cast<MutableArray>(item), "out", DType::bf16)});
-    }
-  } else {
-    w.push_back(kernel_weights_of(weights, false));
-    o.push_back(Nvfp4MoEOutputs{rank.is_none() ? 0 : nb::cast<int>(rank),
-                                to_view(nb::cast<MutableArray>(out), "out", DType::bf16)});
+  for (std::size_t i = 0; i < n; ++i) {
+    w.push_back(kernel_weights_of(ws[i], false));
+    o.push_back(Nvfp4MoEOutputs{ranks[i], to_view(nb::cast<MutableArray>(outs[i]), "out",
+                                                  DType::bf16)});
   }
   void* s = stream_arg(stream);
   nb::gil_scoped_release release;

@@ -15,6 +15,8 @@ void register_planner(nb::module_& m) {
       .def_ro("offset", &BufferRegion::offset)
       .def_ro("bytes", &BufferRegion::bytes)
       .def_ro("alignment", &BufferRegion::alignment)
+      .def_ro("rows", &BufferRegion::rows)
+      .def_ro("row_pitch", &BufferRegion::row_pitch)
       .def("__repr__", [](const BufferRegion& r) {
         return "BufferRegion('" + r.name + "', offset=" + std::to_string(r.offset) +
                ", bytes=" + std::to_string(r.bytes) + ", alignment=" +
@@ -24,6 +26,8 @@ void register_planner(nb::module_& m) {
       .def_ro("config", &SymmBufferPlan::config)
       .def_ro("regions", &SymmBufferPlan::regions)
       .def_ro("total_bytes", &SymmBufferPlan::total_bytes)
+      .def_ro("pool_rows", &SymmBufferPlan::pool_rows)
+      .def_ro("sync_fields", &SymmBufferPlan::sync_fields)
       .def("region", &SymmBufferPlan::region, nb::arg("name"), nb::rv_policy::copy)
       .def("has", &SymmBufferPlan::has, nb::arg("name"))
       .def("__contains__", &SymmBufferPlan::has, nb::arg("name"));

@@ -8,23 +8,6 @@
 namespace megamoe::python {
 namespace {
 
-bool is_sequence(nb::handle h) { return nb::isinstance<nb::list>(h) || nb::isinstance<nb::tuple>(h); }
-
-// `value` as a list of n entries: itself n times when it is not a sequence.
-std::vector<nb::object> per_rank(nb::handle value, std::size_t n, const char* name) {
-  std::vector<nb::object> out;
-  if (is_sequence(value)) {
-    for (nb::handle item : value) out.push_back(nb::borrow(item));
-    if (out.size() != n) {
-      throw_invalid(name, "must have one entry per rank (" + std::to_string(n) + ")",
-                    std::to_string(out.size()) + " entries");
-    }
-  } else {
-    out.assign(n, nb::borrow(value));
-  }
-  return out;
-}
-
 void pre_dispatch(const SymmBuffer& buffer, nb::handle x, nb::handle topk_idx,
                   nb::handle topk_weights, nb::handle expert_scales, nb::handle rank,
                   nb::handle stream) {
@@ -33,15 +16,15 @@ void pre_dispatch(const SymmBuffer& buffer, nb::handle x, nb::handle topk_idx,
   const auto idx = per_rank(topk_idx, n, "topk_idx");
   const auto w = per_rank(topk_weights, n, "topk_weights");
   const auto scales = per_rank(expert_scales, n, "expert_scales");
-  std::vector<nb::object> ranks;
+  std::vector<int> ranks;
   if (rank.is_none()) {
-    for (std::size_t r = 0; r < n; ++r) ranks.push_back(nb::int_(static_cast<int>(r)));
+    for (std::size_t r = 0; r < n; ++r) ranks.push_back(static_cast<int>(r));
   } else {
-    ranks = per_rank(rank, n, "rank");
+    for (const nb::object& r : per_rank(rank, n, "rank")) ranks.push_back(nb::cast<int>(r));
   }
   std::vector<PreDispatchInputs> inputs(n);
   for (std::size_t i = 0; i < n; ++i) {
-    inputs[i].rank = nb::cast<int>(ranks[i]);
+    inputs[i].rank = ranks[i];
     inputs[i].x = to_view(nb::cast<Array>(xs[i]), "x", DType::bf16);
     inputs[i].topk_idx = to_view_of(nb::cast<Array>(idx[i]), "topk_idx", {DType::i32, DType::i64});
     inputs[i].topk_weights = to_view(nb::cast<Array>(w[i]), "topk_weights", DType::f32);

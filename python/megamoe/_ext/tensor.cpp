@@ -161,8 +161,10 @@ DType dtype_of(const Array& a, std::string_view name) {
   if (is_code(t, C::Bfloat, 16)) return DType::bf16;
   if (is_code(t, C::Int, 32)) return DType::i32;
   if (is_code(t, C::Int, 64)) return DType::i64;
-  if (is_code(t, C::Float8_E4M3FN, 8)) return DType::e4m3;
-  if (is_code(t, C::Float8_E8M0FNU, 8)) return DType::ue8m0;
+  // DLPack 1.1 codes kDLFloat8_e4m3fn (10) and kDLFloat8_e8m0fnu (14), by number so that older
+  // nanobind releases (without the enum names) build too.
+  if (t.code == 10 && t.bits == 8 && t.lanes == 1) return DType::e4m3;
+  if (t.code == 14 && t.bits == 8 && t.lanes == 1) return DType::ue8m0;
   if (is_one_byte(t)) return DType::u8;
   throw_invalid(name, "has a dtype megamoe does not use", dlpack_dtype_name(t));
 }
@@ -297,6 +299,41 @@ bool has_field(nb::handle obj, const char* name) {
     return d.contains(name) && !d[name].is_none();
   }
   return nb::hasattr(obj, name) && !obj.attr(name).is_none();
+}
+
+bool is_sequence(nb::handle h) {
+  return nb::isinstance<nb::list>(h) || nb::isinstance<nb::tuple>(h);
+}
+
+std::vector<nb::object> per_rank(nb::handle value, std::size_t n, const char* name) {
+  std::vector<nb::object> out;
+  if (is_sequence(value)) {
+    for (nb::handle item : value) out.push_back(nb::borrow(item));
+    if (out.size() != n) {
+      throw_invalid(name, "must have one entry per rank (" + std::to_string(n) + ")",
+                    std::to_string(out.size()) + " entries");
+    }
+  } else {
+    out.assign(n, nb::borrow(value));
+  }
+  return out;
+}
+
+std::vector<int> ranks_arg(nb::handle rank, std::size_t n, const std::vector<int>& driven) {
+  std::vector<int> ranks;
+  if (!rank.is_none()) {
+    for (const nb::object& r : per_rank(rank, n, "rank")) ranks.push_back(nb::cast<int>(r));
+  } else if (n == driven.size()) {
+    ranks = driven;
+  } else {
+    for (std::size_t r = 0; r < n; ++r) ranks.push_back(static_cast<int>(r));
+  }
+  return ranks;
+}
+
+TensorView optional_view(nb::handle obj, const char* name, DType dtype) {
+  if (!has_field(obj, name)) return TensorView{};
+  return to_view(nb::cast<Array>(field(obj, name)), name, dtype);
 }
 
 void* stream_arg(nb::handle stream) {

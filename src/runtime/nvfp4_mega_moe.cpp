@@ -1,0 +1,157 @@
+// nvfp4_mega_moe: validation, kernel selection and the one launch that covers every driven rank
+// (docs/nvfp4_kernel.md).
+#include "megamoe/nvfp4_mega_moe.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+
+#include "core/validate.hpp"
+#include "jit/compiler.hpp"
+#include "megamoe/error.hpp"
+#include "megamoe/heuristics.hpp"
+#include "runtime/cuda_driver.hpp"
+#include "runtime/module.hpp"
+#include "runtime/nvfp4_mega_moe_kernels.hpp"
+
+namespace megamoe {
+namespace {
+
+constexpr int kMaxRanks = 8;
+
+// Mirror of megamoe::device::Nvfp4MoeArgs (kernels/megamoe/impls/sm90_nvfp4_mega_moe.cuh):
+// same members, same order, same types.
+struct KernelArgs {
+  void* base[kMaxRanks];
+  const void* w13[kMaxRanks];
+  const void* w13_sf[kMaxRanks];
+  const void* w2[kMaxRanks];
+  const void* w2_sf[kMaxRanks];
+  const float* alpha1[kMaxRanks];
+  const float* alpha2[kMaxRanks];
+  const float* fc2_scale[kMaxRanks];
+  void* out[kMaxRanks];
+  std::uint64_t out_pitch[kMaxRanks];
+  int out_rows[kMaxRanks];
+  std::uint64_t off_x, off_x_sf, off_x_global, off_topk_idx, off_topk_w, off_num_tokens;
+  std::uint64_t off_route, off_fc2_pool, off_fc2_sf, off_combine, off_sync;
+  std::uint64_t pitch_x, pitch_x_sf, pitch_fc2_pool, pitch_fc2_sf;
+  std::uint64_t sync_grid, sync_rank_barrier, sync_status;
+  std::uint64_t timeout_ns;
+  int pool_rows;
+  int first_rank;
+  int num_driven;
+  int ctas_per_rank;
+  float clamp;
+  float oai_alpha, oai_limit;
+};
+
+std::uint64_t timeout_ns() {
+  std::uint64_t ms = 60000;
+  if (const char* v = std::getenv("MEGAMOE_PEER_TIMEOUT_MS")) {
+    char* end = nullptr;
+    const unsigned long long parsed = std::strtoull(v, &end, 10);
+    if (end == v || *end != '\0' || parsed == 0) {
+      throw_invalid("MEGAMOE_PEER_TIMEOUT_MS", "must be a positive integer (milliseconds)", v);
+    }
+    ms = parsed;
+  }
+  return ms * 1000000ull;
+}
+
+std::uint64_t field_offset(const SymmBufferPlan& plan, std::string_view name) {
+  for (const BufferRegion& f : plan.sync_fields) {
+    if (f.name == name) return f.offset;
+  }
+  throw Unsupported("nvfp4_mega_moe: the buffer plan has no sync field '" + std::string(name) + "'");
+}
+
+}  // namespace
+
+void nvfp4_mega_moe(const SymmBuffer& buffer, std::span<const Nvfp4KernelWeights> weights,
+                    std::span<const Nvfp4MoEOutputs> outputs, Stream stream) {
+  const Device device{DeviceKind::cuda, 0};
+  const MoEConfig& c = buffer.plan.config;
+  validate::validate_nvfp4_mega_moe(validate::buffer_facts(buffer, device), weights, outputs,
+                                    nvfp4_kernel_weight_bytes(c));
+  if (c.num_ranks > kMaxRanks) throw Unsupported("nvfp4_mega_moe: at most 8 ranks");
+
+  // The driven ranks must be contiguous (all R for `local`, one for NCCL).
+  std::vector<int> driven = buffer.memory->driven_ranks();
+  std::sort(driven.begin(), driven.end());
+  for (std::size_t i = 1; i < driven.size(); ++i) {
+    if (driven[i] != driven[0] + static_cast<int>(i)) {
+      throw Unsupported("nvfp4_mega_moe: driven ranks must be contiguous");
+    }
+  }
+
+  std::int64_t tokens = 1;
+  for (const Nvfp4MoEOutputs& o : outputs) tokens = std::max(tokens, o.out.size(0));
+  const int block_m = get_block_m_for_mega_moe(c, tokens);
+  const auto kernel = jit::compile(runtime::nvfp4_mega_moe_request(c, block_m));
+  if (kernel->local_bytes != 0 || kernel->spill_bytes != 0) {
+    throw Unsupported("nvfp4_mega_moe: kernel build uses local memory (" +
+                      std::to_string(kernel->local_bytes) + " B) or spills (" +
+                      std::to_string(kernel->spill_bytes) + " B)");
+  }
+  const CUfunction function = runtime::load(*kernel);
+
+  const SymmBufferPlan& plan = buffer.plan;
+  KernelArgs a{};
+  for (int r = 0; r < c.num_ranks; ++r) a.base[r] = buffer.memory->base(r);
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    const int r = outputs[i].rank;
+    const Nvfp4KernelWeights& w = weights[i];
+    a.w13[r] = w.w13.data;
+    a.w13_sf[r] = w.w13_sf.data;
+    a.w2[r] = w.w2.data;
+    a.w2_sf[r] = w.w2_sf.data;
+    a.alpha1[r] = w.fc1_alpha.ptr<const float>();
+    a.alpha2[r] = w.fc2_alpha.ptr<const float>();
+    a.fc2_scale[r] = w.fc2_input_scale.ptr<const float>();
+    a.out[r] = outputs[i].out.data;
+    a.out_pitch[r] = static_cast<std::uint64_t>(outputs[i].out.strides[0]);
+    a.out_rows[r] = static_cast<int>(outputs[i].out.size(0));
+  }
+  a.off_x = plan.region("x").offset;
+  a.off_x_sf = plan.region("x_sf").offset;
+  a.off_x_global = plan.region("x_global").offset;
+  a.off_topk_idx = plan.region("topk_idx").offset;
+  a.off_topk_w = plan.region("topk_weights").offset;
+  a.off_num_tokens = plan.region("num_tokens").offset;
+  a.off_route = plan.region("route_list").offset;
+  a.off_fc2_pool = plan.region("fc2_pool").offset;
+  a.off_fc2_sf = plan.region("fc2_pool_sf").offset;
+  a.off_combine = plan.region("combine").offset;
+  a.off_sync = plan.region("sync").offset;
+  a.pitch_x = plan.region("x").row_pitch;
+  a.pitch_x_sf = plan.region("x_sf").row_pitch;
+  a.pitch_fc2_pool = plan.region("fc2_pool").row_pitch;
+  a.pitch_fc2_sf = plan.region("fc2_pool_sf").row_pitch;
+  if (plan.region("combine").row_pitch != static_cast<std::size_t>(2 * c.shape.hidden) ||
+      plan.region("topk_idx").row_pitch != static_cast<std::size_t>(4 * c.shape.top_k)) {
+    throw Unsupported("nvfp4_mega_moe: combine / topk_idx rows must be dense in the plan");
+  }
+  a.sync_grid = field_offset(plan, "grid_barrier");
+  a.sync_rank_barrier = field_offset(plan, "rank_barrier");
+  a.sync_status = field_offset(plan, "status");
+  a.timeout_ns = timeout_ns();
+  a.pool_rows = static_cast<int>(plan.pool_rows);
+  a.first_rank = driven.front();
+  a.num_driven = static_cast<int>(driven.size());
+  const int sms = get_num_sms();
+  a.ctas_per_rank = std::max(1, sms / a.num_driven);
+  a.clamp = c.activation.clamp;
+  a.oai_alpha = c.activation.oai_alpha;
+  a.oai_limit = c.activation.oai_limit;
+
+  runtime::LaunchConfig cfg;
+  cfg.grid = {static_cast<unsigned>(a.ctas_per_rank * a.num_driven), 1, 1};
+  cfg.block = {static_cast<unsigned>(runtime::kNvfp4Threads), 1, 1};
+  cfg.dynamic_smem = runtime::nvfp4_smem_bytes(c, block_m);
+  cfg.stream = static_cast<CUstream>(stream);
+  runtime::launch_kernel(function, cfg, a);
+}
+
+}  // namespace megamoe

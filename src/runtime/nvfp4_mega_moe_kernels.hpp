@@ -1,0 +1,26 @@
+#pragma once
+// JIT requests of the SM90 NVFP4 MegaMoE kernel (kernels/megamoe/impls/sm90_nvfp4_mega_moe.cuh):
+// one per configuration and BLOCK_M. Shared by the launcher, the kernel registry (precompile)
+// and the CPU compile test.
+#include <cstddef>
+#include <vector>
+
+#include "jit/compiler.hpp"
+#include "megamoe/config.hpp"
+
+namespace megamoe::runtime {
+
+inline constexpr int kNvfp4Threads = 256;
+
+// Tokens per shared-memory sub-tile for this BLOCK_M (16, or 8 when 16 rows of the wider of H and
+// I do not fit); Unsupported when even 8 rows do not fit.
+int nvfp4_token_subtile(const MoEConfig& config, int block_m);
+// Dynamic shared memory of the kernel (bytes), mirroring its Smem struct.
+std::size_t nvfp4_smem_bytes(const MoEConfig& config, int block_m);
+
+jit::KernelRequest nvfp4_mega_moe_request(const MoEConfig& config, int block_m);
+
+// Every request a configuration can need (one per reachable BLOCK_M); empty for other families.
+std::vector<jit::KernelRequest> nvfp4_mega_moe_kernels(const MoEConfig& config);
+
+}  // namespace megamoe::runtime

@@ -1,0 +1,76 @@
+// Kernel requests of the SM90 NVFP4 MegaMoE family (see nvfp4_mega_moe_kernels.hpp).
+#include <algorithm>
+#include <string>
+
+#include "megamoe/error.hpp"
+#include "megamoe/heuristics.hpp"
+#include "runtime/nvfp4_mega_moe_kernels.hpp"
+
+namespace megamoe::runtime {
+namespace {
+
+constexpr std::size_t kMaxDynamicSmem = 227 * 1024;  // sm_90 opt-in limit per block
+
+std::size_t smem_for(const MoEConfig& c, int block_m, int ns) {
+  const auto kmax = static_cast<std::size_t>(std::max(c.shape.hidden, c.shape.intermediate));
+  const auto el = static_cast<std::size_t>(c.experts_per_rank());
+  const auto n = static_cast<std::size_t>(ns);
+  const auto bm = static_cast<std::size_t>(block_m);
+  const std::size_t bytes = n * (kmax + 8) * 2      // token tile, f16
+                            + 4 * 32 * (n / 8) * 4 * 4  // split-K partials
+                            + 64 * n * 4                // result tile
+                            + el * 4 + (el + 1) * 4     // counts, tile prefix
+                            + 8 * 4                     // source token counts
+                            + bm * 5 * 4;               // routes
+  return (bytes + 15) / 16 * 16;
+}
+
+int activation_code(const ActivationSpec& a) {
+  switch (a.kind) {
+    case ActivationKind::swiglu: return 0;
+    case ActivationKind::geglu: return 1;
+    case ActivationKind::swiglu_oai: return 2;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int nvfp4_token_subtile(const MoEConfig& c, int block_m) {
+  for (int ns : {16, 8}) {
+    if (ns > block_m) continue;
+    if (smem_for(c, block_m, ns) <= kMaxDynamicSmem) return ns;
+  }
+  throw Unsupported("nvfp4_mega_moe: H or I too large for the SM90 kernel's token tile (" +
+                    std::to_string(std::max(c.shape.hidden, c.shape.intermediate)) + ")");
+}
+
+std::size_t nvfp4_smem_bytes(const MoEConfig& c, int block_m) {
+  return smem_for(c, block_m, nvfp4_token_subtile(c, block_m));
+}
+
+jit::KernelRequest nvfp4_mega_moe_request(const MoEConfig& c, int block_m) {
+  const int ns = nvfp4_token_subtile(c, block_m);
+  const std::string args =
+      std::to_string(c.shape.hidden) + ", " + std::to_string(c.shape.intermediate) + ", " +
+      std::to_string(c.experts_per_rank()) + ", " + std::to_string(c.shape.top_k) + ", " +
+      std::to_string(c.num_ranks) + ", " + std::to_string(block_m) + ", " +
+      std::to_string(c.max_tokens_per_rank) + ", " + std::to_string(ns) + ", " +
+      std::to_string(activation_code(c.activation));
+  jit::KernelRequest r;
+  r.name = "sm90_nvfp4_mega_moe";
+  r.source = "#include \"megamoe/impls/sm90_nvfp4_mega_moe.cuh\"\n";
+  r.entry = "megamoe::device::nvfp4_mega_moe_kernel<" + args + ">";
+  r.arch = "sm_90a";
+  r.arguments = "H, I, E_local, K, R, BLOCK_M, T_max, NS, act = " + args;
+  return r;
+}
+
+std::vector<jit::KernelRequest> nvfp4_mega_moe_kernels(const MoEConfig& c) {
+  std::vector<jit::KernelRequest> out;
+  if (c.weight_format != Format::nvfp4 || c.act_format != Format::nvfp4 || c.side_lora) return out;
+  for (int bm : reachable_block_ms(c)) out.push_back(nvfp4_mega_moe_request(c, bm));
+  return out;
+}
+
+}  // namespace megamoe::runtime

@@ -1,0 +1,158 @@
+// BLOCK_M table, reachable regimes, and the SM budget rule, table-driven on the CPU.
+#include <gtest/gtest.h>
+
+#include <optional>
+#include <string>
+
+#include "core/heuristics_state.hpp"
+#include "megamoe/heuristics.hpp"
+#include "validation_test_support.hpp"
+
+namespace megamoe {
+namespace {
+
+MoEConfig config(std::int64_t e, int r, int k, std::int64_t t_max) {
+  MoEConfig c;
+  c.shape = {4096, 2048, e, k};
+  c.num_ranks = r;
+  c.max_tokens_per_rank = t_max;
+  return c;
+}
+
+// Expected tokens per expert = t*R*K/E; <= 8 -> 8, <= 16 -> 16, <= 32 -> 32, <= 64 -> 64,
+// else 128. Rows straddle each edge.
+TEST(Heuristics, BlockMTable) {
+  struct Row {
+    std::int64_t e;
+    int r, k;
+    std::int64_t t;
+    int block_m;
+  };
+  const Row rows[] = {
+      // E=256, R=8, K=8: 0.25 tokens per expert per token.
+      {256, 8, 8, 1, 8},
+      {256, 8, 8, 32, 8},
+      {256, 8, 8, 33, 16},
+      {256, 8, 8, 64, 16},
+      {256, 8, 8, 65, 32},
+      {256, 8, 8, 128, 32},
+      {256, 8, 8, 129, 64},
+      {256, 8, 8, 256, 64},
+      {256, 8, 8, 257, 128},
+      {256, 8, 8, 4096, 128},
+      // E=256, R=1, K=6: 6/256 per token; 8 tokens per expert at t = 341.33.
+      {256, 1, 6, 341, 8},
+      {256, 1, 6, 342, 16},
+      {256, 1, 6, 682, 16},
+      {256, 1, 6, 683, 32},
+      // One expert, top-1, one rank: t tokens per expert.
+      {1, 1, 1, 1, 8},
+      {1, 1, 1, 8, 8},
+      {1, 1, 1, 9, 16},
+      {1, 1, 1, 16, 16},
+      {1, 1, 1, 17, 32},
+      {1, 1, 1, 64, 64},
+      {1, 1, 1, 65, 128},
+  };
+  for (const Row& row : rows) {
+    const MoEConfig c = config(row.e, row.r, row.k, 8192);
+    EXPECT_EQ(get_block_m_for_mega_moe(c, row.t), row.block_m)
+        << "E=" << row.e << " R=" << row.r << " K=" << row.k << " t=" << row.t;
+  }
+}
+
+TEST(Heuristics, BlockMTokenRange) {
+  const MoEConfig c = config(256, 8, 8, 128);
+  EXPECT_INVALID(get_block_m_for_mega_moe(c, 0), "num_tokens_per_rank",
+                 "must be in [1, max_tokens_per_rank = 128]");
+  EXPECT_INVALID(get_block_m_for_mega_moe(c, 129), "num_tokens_per_rank",
+                 "must be in [1, max_tokens_per_rank = 128]");
+}
+
+TEST(Heuristics, BlockMValidatesConfig) {
+  MoEConfig c = config(256, 8, 8, 128);
+  c.shape.top_k = 0;
+  EXPECT_INVALID(get_block_m_for_mega_moe(c, 1), "config.shape.top_k", "must be in [1");
+}
+
+TEST(Heuristics, RegimesAgreeWithBruteForce) {
+  test::Seeded s;
+  for (int iter = 0; iter < 200; ++iter) {
+    const int r = 1 << s.uniform(0, 3);
+    const std::int64_t e = r * s.uniform(1, 64);
+    const int k = static_cast<int>(s.uniform(1, std::min<std::int64_t>(e, 16)));
+    const MoEConfig c = config(e, r, k, s.uniform(1, 3000));
+    SCOPED_TRACE(describe(c));
+    std::vector<int> reachable;
+    std::vector<std::int64_t> ends;
+    for (std::int64_t t = 1; t <= c.max_tokens_per_rank; ++t) {
+      const int bm = get_block_m_for_mega_moe(c, t);
+      if (t > 1) {
+        EXPECT_GE(bm, get_block_m_for_mega_moe(c, t - 1)) << "t=" << t;  // non-decreasing
+      }
+      if (reachable.empty() || reachable.back() != bm) {
+        reachable.push_back(bm);
+        if (t > 1) ends.push_back(t - 1);
+      }
+    }
+    ends.push_back(c.max_tokens_per_rank);
+    EXPECT_EQ(reachable_block_ms(c), reachable);
+    EXPECT_EQ(block_m_regime_ends(c), ends);
+  }
+}
+
+TEST(Heuristics, ResolveNumSmsTable) {
+  struct Row {
+    int device, explicit_sms;
+    std::optional<std::string_view> env;
+    int want;
+  };
+  const Row rows[] = {
+      {132, 0, std::nullopt, 132}, {132, 0, "", 132},    {132, 0, "0", 132},
+      {132, 0, "1", 130},          {132, 0, "2", 130},   {132, 0, "7", 124},
+      {132, 0, "8", 124},          {132, 0, "130", 2},   {132, 0, "0008", 124},
+      {132, 100, "8", 100},        {132, 132, "8", 132}, {132, 1, std::nullopt, 1},
+      {132, 77, std::nullopt, 77},  // an explicit count may be odd
+  };
+  for (const Row& row : rows) {
+    EXPECT_EQ(resolve_num_sms(row.device, row.explicit_sms, row.env), row.want)
+        << row.device << " " << row.explicit_sms << " '" << row.env.value_or("<unset>") << "'";
+  }
+}
+
+TEST(Heuristics, HeadroomMustBeADecimalInteger) {
+  for (std::string_view bad :
+       {"-2", "abc", "8abc", " 8", "8 ", "+8", "1.5", "0x10", "99999999999999"}) {
+    EXPECT_INVALID(resolve_num_sms(132, 0, bad), "MEGAMOE_SM_HEADROOM",
+                   "must be a non-negative decimal integer");
+  }
+}
+
+TEST(Heuristics, HeadroomMustLeaveSms) {
+  EXPECT_INVALID(resolve_num_sms(132, 0, "131"), "MEGAMOE_SM_HEADROOM",
+                 "rounded up to even must stay below the device's 132 SMs");
+  EXPECT_INVALID(resolve_num_sms(132, 0, "132"), "MEGAMOE_SM_HEADROOM",
+                 "rounded up to even must stay below the device's 132 SMs");
+}
+
+TEST(Heuristics, ExplicitSmsRange) {
+  EXPECT_INVALID(resolve_num_sms(132, 133, std::nullopt), "num_sms",
+                 "must not exceed the device's 132 SMs");
+  EXPECT_INVALID(resolve_num_sms(132, -1, std::nullopt), "num_sms", "must be >= 0");
+}
+
+TEST(Heuristics, DeviceSmsPositive) {
+  EXPECT_INVALID(resolve_num_sms(0, 0, std::nullopt), "device_sms", "must be >= 1");
+}
+
+TEST(Heuristics, SetNumSmsPinsAndUnpins) {
+  set_num_sms(120);
+  EXPECT_EQ(detail::pinned_num_sms(), 120);
+  set_num_sms(0);
+  EXPECT_EQ(detail::pinned_num_sms(), 0);
+  EXPECT_INVALID(set_num_sms(-4), "num_sms", "must be >= 0");
+  EXPECT_EQ(detail::pinned_num_sms(), 0);
+}
+
+}  // namespace
+}  // namespace megamoe

@@ -1,0 +1,133 @@
+// Input generators: reproducible from the seed, and the routing / value statistics they claim.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "megamoe/error.hpp"
+#include "megamoe/formats.hpp"
+#include "megamoe/reference.hpp"
+
+namespace megamoe::reference {
+namespace {
+
+std::uint64_t fresh_seed() {
+  std::random_device rd;
+  return (static_cast<std::uint64_t>(rd()) << 32) | rd();
+}
+
+MoEConfig config(Format w) {
+  MoEConfig c;
+  c.shape = {128, 128, 32, 6};
+  c.weight_format = w;
+  c.act_format = Format::bf16;
+  return c;
+}
+
+TEST(ReferenceGenerators, ReproducibleFromTheSeed) {
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const MoEConfig c = config(Format::nvfp4);
+  RoutingOptions ro;
+  ro.skew = RoutingSkew::zipf;
+  ro.masked_fraction = 0.2;
+  const MoEInputs a = random_inputs(c, 50, ro, seed), b = random_inputs(c, 50, ro, seed);
+  EXPECT_EQ(a.x, b.x);
+  EXPECT_EQ(a.topk_idx, b.topk_idx);
+  EXPECT_EQ(a.topk_weights, b.topk_weights);
+  EXPECT_NE(random_inputs(c, 50, ro, seed + 1).x, a.x);
+  for (WeightInit init : {WeightInit::gaussian, WeightInit::random_codes}) {
+    const QuantizedWeights w1 = random_weights(c, seed, init), w2 = random_weights(c, seed, init);
+    EXPECT_EQ(w1.w13.packed, w2.w13.packed);
+    EXPECT_EQ(w1.w13.scales, w2.w13.scales);
+    EXPECT_EQ(w1.w2.global_scales, w2.w2.global_scales);
+  }
+  const LoraWeights l1 = random_lora(c, 1.0f, false, seed), l2 = random_lora(c, 1.0f, false, seed);
+  EXPECT_EQ(l1.b2, l2.b2);
+  EXPECT_EQ(l1.a3.size(), l1.a1.size());
+  EXPECT_TRUE(random_lora(c, 1.0f, true, seed).a3.empty());
+}
+
+TEST(ReferenceGenerators, RoutingIsDistinctSoftmaxAndMasked) {
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const MoEConfig c = config(Format::bf16);
+  const int K = c.shape.top_k;
+  for (RoutingSkew skew : {RoutingSkew::uniform, RoutingSkew::zipf}) {
+    RoutingOptions ro;
+    ro.skew = skew;
+    ro.masked_fraction = 0.2;
+    MoEInputs in;
+    const std::int64_t N = 4000;
+    random_routing(c, N, ro, seed, in);
+    std::int64_t masked = 0;
+    std::vector<std::int64_t> load(32, 0);
+    for (std::int64_t t = 0; t < N; ++t) {
+      std::set<std::int64_t> seen;
+      double sum = 0;
+      for (int k = 0; k < K; ++k) {
+        const std::int64_t e = in.topk_idx[t * K + k];
+        const float w = in.topk_weights[t * K + k];
+        EXPECT_GT(w, 0.0f);
+        sum += w;
+        if (e == -1) {
+          ++masked;
+          continue;
+        }
+        ASSERT_GE(e, 0);
+        ASSERT_LT(e, 32);
+        EXPECT_TRUE(seen.insert(e).second) << "expert repeated in token " << t;
+        ++load[e];
+      }
+      EXPECT_NEAR(sum, 1.0, 1e-5);  // softmax over the k routes (before masking)
+    }
+    EXPECT_NEAR(double(masked) / double(N * K), 0.2, 0.02);
+    std::sort(load.begin(), load.end());
+    const double ratio = double(load.back()) / double(std::max<std::int64_t>(load.front(), 1));
+    if (skew == RoutingSkew::uniform) {
+      EXPECT_LT(ratio, 1.5);
+    } else {
+      EXPECT_GT(ratio, 5.0);  // Zipf(1.2): the hottest expert gets far more than the coldest
+    }
+  }
+}
+
+TEST(ReferenceGenerators, ValuesAreBf16WithTheRequestedSpread) {
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const std::vector<float> v = random_bf16(100, 100, 2.0f, seed);
+  double ss = 0;
+  for (float x : v) {
+    ASSERT_EQ(x, formats::round_to_bf16(x));
+    ss += double(x) * x;
+  }
+  EXPECT_NEAR(std::sqrt(ss / double(v.size())), 2.0, 0.1);
+  // Weights of every format and init have an element spread of about 1/sqrt(cols).
+  for (Format f : {Format::nvfp4, Format::mxfp4, Format::fp8, Format::bf16}) {
+    for (WeightInit init : {WeightInit::gaussian, WeightInit::random_codes}) {
+      const QuantizedWeights w = random_weights(config(f), seed, init);
+      const std::vector<float> d = dequantize_expert(w.w13, 3);
+      double s2 = 0;
+      for (float x : d) s2 += double(x) * x;
+      const double rms = std::sqrt(s2 / double(d.size())) * std::sqrt(128.0);
+      EXPECT_GT(rms, 0.5) << format_name(f) << " init " << int(init);
+      EXPECT_LT(rms, 2.0) << format_name(f) << " init " << int(init);
+    }
+  }
+}
+
+TEST(ReferenceGenerators, RejectsBadOptions) {
+  MoEConfig c = config(Format::bf16);
+  MoEInputs in;
+  RoutingOptions ro;
+  ro.masked_fraction = 1.5;
+  EXPECT_THROW(random_routing(c, 4, ro, 1, in), InvalidArgument);
+  c.shape.top_k = 40;
+  EXPECT_THROW(random_routing(c, 4, {}, 1, in), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace megamoe::reference

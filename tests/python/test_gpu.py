@@ -1,0 +1,290 @@
+"""GPU tests through megamoe.torch: every bound GPU function against the CPU oracle, CUDA-graph
+capture and replay of an NVFP4 MegaMoE call, torch.compile. Skipped without torch or CUDA."""
+
+import numpy as np
+import pytest
+
+import megamoe
+
+torch = pytest.importorskip("torch", reason="GPU tests need torch")
+if not torch.cuda.is_available():
+    pytest.skip("GPU tests need a CUDA device", allow_module_level=True)
+for area in ("buffer", "pre_dispatch", "nvfp4", "reference", "formats"):
+    if area not in megamoe.areas:
+        pytest.skip(f"area '{area}' is not in this build", allow_module_level=True)
+
+import megamoe.formats as f  # noqa: E402
+import megamoe.reference as ref  # noqa: E402
+import megamoe.torch as mt  # noqa: E402
+
+DEV = torch.device("cuda")
+
+
+def seed():
+    s = int(np.random.SeedSequence().entropy % 2**63)
+    print(f"seed {s}")
+    return s
+
+
+def nvfp4_config(num_ranks=2, max_tokens=64, **kw):
+    fields = dict(hidden=1024, intermediate=512, num_experts=16, top_k=4, num_ranks=num_ranks,
+                  max_tokens_per_rank=max_tokens, weight_format="nvfp4", act_format="nvfp4")
+    fields.update(kw)
+    return megamoe.MoEConfig(**fields)
+
+
+def bf16(a):
+    return torch.from_numpy(np.ascontiguousarray(a)).to(DEV).to(torch.bfloat16)
+
+
+def cuda(a):
+    return torch.from_numpy(np.ascontiguousarray(a)).to(DEV)
+
+
+class Layer:
+    """Oracle weights, their per-rank kernel layout, and the oracle's answer for inputs."""
+
+    def __init__(self, config, s):
+        self.config = config
+        self.weights = ref.random_weights(config, s)
+        calib = ref.random_inputs(config, config.max_tokens_per_rank, seed=s + 1)
+        self.fc2_scale = ref.calibrate_fc2_input_scales(
+            config, calib["x"], calib["topk_idx"], calib["topk_weights"], self.weights)
+        el = config.experts_per_rank
+        self.kernel = []
+        for r in range(config.num_ranks):
+            sl = slice(r * el, (r + 1) * el)
+            w13, w2 = self.weights.w13, self.weights.w2
+            checkpoint = {
+                "w13": cuda(w13.packed[sl]), "w13_sf": cuda(w13.scales[sl]),
+                "w13_global": cuda(w13.global_scales[sl]),
+                "w2": cuda(w2.packed[sl]), "w2_sf": cuda(w2.scales[sl]),
+                "w2_global": cuda(w2.global_scales[sl]),
+                "fc2_input_scale": cuda(self.fc2_scale[sl]),
+            }
+            self.kernel.append(mt.transform_weights_for_mega_moe(config, checkpoint))
+
+    def oracle(self, x, idx, w):
+        return ref.moe_forward(self.config, x, idx, w, self.weights,
+                               fc2_input_scale=self.fc2_scale)["out"]
+
+
+def inputs(config, tokens, s, masked=0.1):
+    inp = ref.random_inputs(config, tokens, seed=s, masked_fraction=masked)
+    return inp["x"], inp["topk_idx"], inp["topk_weights"]
+
+
+def assert_close_to_oracle(got, want):
+    got = got.double().cpu().numpy().ravel()
+    want = want.ravel()
+    cosine = got @ want / max(np.linalg.norm(got) * np.linalg.norm(want), 1e-30)
+    rel_l2 = np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30)
+    assert cosine >= 0.999 and rel_l2 <= 0.03, (cosine, rel_l2)
+
+
+def test_buffer_views_are_named_typed_and_alias_the_memory():
+    c = nvfp4_config()
+    buf = mt.get_symm_buffer_for_mega_moe(c)
+    names = [r.name for r in buf.plan.regions]
+    views = buf.views(1)
+    assert list(views) == names
+    t, k = c.max_tokens_per_rank, c.top_k
+    assert buf.topk_idx.dtype == torch.int32 and tuple(buf.topk_idx.shape) == (t, k)
+    assert buf.topk_weights.dtype == torch.float32
+    for name, v in views.items():
+        assert v.device.type == "cuda"
+        assert v.data_ptr() == buf.core.view_ptr(1, name)
+        assert v.data_ptr() == buf.core.base(1) + buf.plan.region(name).offset
+    assert buf.memory[1].numel() == buf.core.bytes_per_rank
+    with pytest.raises(megamoe.InvalidArgument):
+        buf.core.view(5, "x")
+    with pytest.raises(AttributeError):
+        buf.not_a_region  # noqa: B018
+
+
+@pytest.mark.parametrize("idx_dtype", [torch.int32, torch.int64])
+def test_pre_dispatch_bytes_equal_the_format_oracle(idx_dtype):
+    c = nvfp4_config()
+    s = seed()
+    buf = mt.get_symm_buffer_for_mega_moe(c)
+    tokens = 37
+    x, idx, w = inputs(c, tokens, s)
+    h, t_max = c.hidden, c.max_tokens_per_rank
+    for r in range(c.num_ranks):
+        rows = slice(r * tokens, (r + 1) * tokens)
+        mt.mega_moe_pre_dispatch(buf, bf16(x[rows]), cuda(idx[rows]).to(idx_dtype),
+                                 cuda(w[rows]), rank=r)
+    torch.cuda.synchronize()
+    for r in range(c.num_ranks):
+        rows = slice(r * tokens, (r + 1) * tokens)
+        packed, scales, global_scales = f.quantize_nvfp4_per_row(x[rows])
+        v = {k: t.cpu().numpy() for k, t in buf.views(r).items()}
+        np.testing.assert_array_equal(v["x"][:tokens, : h // 2], packed)
+        np.testing.assert_array_equal(v["x_sf"][:tokens, : h // 16], scales)
+        np.testing.assert_array_equal(v["x_global"][:tokens], global_scales)
+        np.testing.assert_array_equal(v["topk_idx"][:tokens], idx[rows])
+        assert (v["topk_idx"][tokens:t_max] == -1).all()
+        want_w = np.where(idx[rows] < 0, 0.0, w[rows]).astype(np.float32)
+        np.testing.assert_array_equal(v["topk_weights"][:tokens], want_w)
+        assert (v["topk_weights"][tokens:t_max] == 0).all()
+        assert v["num_tokens"][0] == tokens
+        assert mt.read_and_clear_dispatch_errors(buf, r) == 0
+
+
+def test_out_of_range_ids_are_counted_and_cleared():
+    c = nvfp4_config()
+    s = seed()
+    buf = mt.get_symm_buffer_for_mega_moe(c)
+    x, idx, w = inputs(c, 8, s, masked=0.0)
+    idx = idx[:8].copy()
+    idx[0, 0], idx[5, 2], idx[7, 1] = c.num_experts, c.num_experts + 100, -9
+    mt.mega_moe_pre_dispatch(buf, bf16(x[:8]), cuda(idx), cuda(w[:8]), rank=0)
+    assert mt.read_and_clear_dispatch_errors(buf, 0) == 3
+    assert mt.read_and_clear_dispatch_errors(buf, 0) == 0
+    got = buf.view("topk_idx", 0).cpu().numpy()
+    assert got[0, 0] == -1 and got[5, 2] == -1 and got[7, 1] == -1
+
+
+def test_bad_device_input_raises_invalid_argument_and_launches_nothing():
+    c = nvfp4_config()
+    buf = mt.get_symm_buffer_for_mega_moe(c)
+    s = seed()
+    x, idx, w = inputs(c, 4, s)
+    x, idx, w = x[:4], idx[:4], w[:4]
+    cases = [
+        (cuda(x), cuda(idx), cuda(w)),  # float32 tokens
+        (bf16(x).cpu(), cuda(idx), cuda(w)),  # host tokens
+        (bf16(x), cuda(idx).float(), cuda(w)),  # float ids
+        (bf16(x)[:, :512], cuda(idx), cuda(w)),  # wrong H
+    ]
+    for xs, ids, ws in cases:
+        with pytest.raises(megamoe.InvalidArgument) as info:
+            mt.mega_moe_pre_dispatch(buf, xs, ids, ws, rank=0)
+        assert info.value.argument is not None
+    too_many = np.zeros((c.max_tokens_per_rank + 1, c.hidden), np.float32)
+    with pytest.raises(megamoe.InvalidArgument):
+        mt.mega_moe_pre_dispatch(buf, bf16(too_many), cuda(np.zeros((len(too_many), 4), np.int32)),
+                                 cuda(np.zeros((len(too_many), 4), np.float32)), rank=0)
+
+
+def test_scale_layout_transform_reads_swizzled_checkpoints():
+    s = seed()
+    rng = np.random.default_rng(s)
+    rows, cols = 200, 12
+    sf = rng.integers(0x20, 0x60, size=(2, rows, cols), dtype=np.uint8)
+    swizzled = np.concatenate([f.swizzle_128x4(sf[e]) for e in range(2)])
+    from_row_major = mt.transform_ue4m3_sf_into_required_layout(cuda(sf), "row_major")
+    out = torch.empty((2, rows, cols), dtype=torch.uint8, device=DEV)
+    from_swizzled = mt.transform_ue4m3_sf_into_required_layout(
+        cuda(swizzled), megamoe.ScaleLayout.swizzled_128x4, out)
+    torch.testing.assert_close(from_swizzled, from_row_major, rtol=0, atol=0)
+    np.testing.assert_array_equal(from_row_major.cpu().numpy(), sf)
+
+
+@pytest.mark.parametrize("tokens", [1, 7, 64])
+def test_nvfp4_mega_moe_matches_the_oracle(tokens):
+    c = nvfp4_config()
+    s = seed()
+    layer = Layer(c, s)
+    buf = mt.get_symm_buffer_for_mega_moe(c)
+    x, idx, w = inputs(c, tokens, s + 2)
+    for r in range(c.num_ranks):
+        rows = slice(r * tokens, (r + 1) * tokens)
+        mt.mega_moe_pre_dispatch(buf, bf16(x[rows]), cuda(idx[rows]), cuda(w[rows]), rank=r)
+    outs = mt.nvfp4_mega_moe(buf, layer.kernel, num_tokens=tokens)
+    assert len(outs) == c.num_ranks and outs[0].shape == (tokens, c.hidden)
+    assert outs[0].dtype == torch.bfloat16
+    torch.cuda.synchronize()
+    assert_close_to_oracle(torch.cat(outs), layer.oracle(x, idx, w))
+    # repeatable bit for bit
+    again = mt.nvfp4_mega_moe(buf, layer.kernel, num_tokens=tokens)
+    for a, b in zip(outs, again):
+        assert torch.equal(a, b)
+
+
+def test_cuda_graph_captures_and_replays_nvfp4_mega_moe():
+    c = nvfp4_config()
+    s = seed()
+    layer = Layer(c, s)
+    buf = mt.get_symm_buffer_for_mega_moe(c)
+    tokens, r_count = 16, c.num_ranks
+    static_x = [torch.zeros(tokens, c.hidden, dtype=torch.bfloat16, device=DEV)
+                for _ in range(r_count)]
+    static_idx = [torch.zeros(tokens, c.top_k, dtype=torch.int32, device=DEV)
+                  for _ in range(r_count)]
+    static_w = [torch.zeros(tokens, c.top_k, dtype=torch.float32, device=DEV)
+                for _ in range(r_count)]
+    outs = [torch.empty(tokens, c.hidden, dtype=torch.bfloat16, device=DEV)
+            for _ in range(r_count)]
+
+    def load(seed_value):
+        x, idx, w = inputs(c, tokens, seed_value)
+        for r in range(r_count):
+            rows = slice(r * tokens, (r + 1) * tokens)
+            static_x[r].copy_(bf16(x[rows]))
+            static_idx[r].copy_(cuda(idx[rows]).to(torch.int32))
+            static_w[r].copy_(cuda(w[rows]))
+        return x, idx, w
+
+    def step():
+        for r in range(r_count):
+            mt.mega_moe_pre_dispatch(buf, static_x[r], static_idx[r], static_w[r], rank=r)
+        mt.nvfp4_mega_moe(buf, layer.kernel, out=outs)
+
+    load(s + 10)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()  # JIT-compiles and loads outside the capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    for k in range(3):
+        x, idx, w = load(s + 20 + k)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert_close_to_oracle(torch.cat(outs), layer.oracle(x, idx, w))
+
+
+def test_torch_compile_traces_the_custom_ops():
+    c = nvfp4_config(num_ranks=1, num_experts=8)
+    s = seed()
+    layer = Layer(c, s)
+    buf = mt.get_symm_buffer_for_mega_moe(c)
+    x, idx, w = inputs(c, 9, s + 3)
+    xt, it, wt = bf16(x), cuda(idx), cuda(w)
+
+    def moe(x_, i_, w_):
+        mt.mega_moe_pre_dispatch(buf, x_, i_, w_, rank=0)
+        return mt.nvfp4_mega_moe(buf, layer.kernel[0], num_tokens=x_.shape[0])
+
+    eager = moe(xt, it, wt)
+    compiled = torch.compile(moe, fullgraph=True)(xt, it, wt)
+    assert torch.equal(eager, compiled)
+    assert_close_to_oracle(eager, layer.oracle(x, idx, w))
+
+
+def test_sm_budget_and_block_m_from_python():
+    n = megamoe.get_num_sms()
+    assert n > 0
+    try:
+        megamoe.set_num_sms(8)
+        assert megamoe.get_num_sms() == 8
+    finally:
+        megamoe.set_num_sms(0)
+    assert megamoe.get_num_sms() == n or megamoe.get_num_sms() <= n
+    c = nvfp4_config()
+    assert mt.get_block_m_for_mega_moe(c, 1) in megamoe.reachable_block_ms(c)
+
+
+@pytest.mark.skipif("families" not in megamoe.areas, reason="families not built")
+def test_other_families_validate_their_arguments():
+    c = nvfp4_config(weight_format="bf16", act_format="bf16")
+    buf = mt.get_symm_buffer_for_mega_moe(c)
+    el, h, i = c.experts_per_rank, c.hidden, c.intermediate
+    bad = {"w13": torch.zeros(el, 2 * i, h, dtype=torch.float32, device=DEV),
+           "w2": torch.zeros(el, h, i, dtype=torch.bfloat16, device=DEV)}
+    with pytest.raises(megamoe.InvalidArgument) as info:
+        mt.bf16_mega_moe(buf, [bad, bad], num_tokens=1)
+    assert "w13" in str(info.value)
