@@ -243,3 +243,14 @@ TEST(ValidationPreDispatch, BufferPlanConfigRevalidated) {
 
 }  // namespace
 }  // namespace megamoe
+
+namespace megamoe {
+namespace {
+
+TEST(ValidationPreDispatch, FactsWithoutPlan) {
+  const validate::BufferFacts no_plan;
+  EXPECT_INVALID(validate::validate_pre_dispatch(no_plan, {}), "buffer.plan", "is required");
+}
+
+}  // namespace
+}  // namespace megamoe
