@@ -8,9 +8,9 @@ heuristics, the oracle in megamoe.reference) need no GPU. megamoe.torch adds tor
 
 import sys as _sys
 
-from ._errors import CudaError, DeviceFault, Error, InvalidArgument, Unsupported
+from ._errors import CudaError, DeviceFault, Error, InvalidArgument, Unsupported  # noqa: F401
 from . import _core
-from ._core import (
+from ._core import (  # noqa: F401
     ActivationKind,
     DType,
     Format,

@@ -146,14 +146,18 @@ def _(buffer_id, memory, x, topk_idx, topk_weights, expert_scales, rank):
 
 
 def mega_moe_pre_dispatch(buffer: SymmBuffer, x: torch.Tensor, topk_idx: torch.Tensor,
-                          topk_weights: torch.Tensor, expert_scales=None, rank: int = 0) -> None:
-    """Quantizes bf16 tokens x [T, H] and their routing into rank's input region."""
+                          topk_weights: torch.Tensor, expert_scales=None,
+                          rank: Optional[int] = None) -> None:
+    """Quantizes bf16 tokens x [T, H] and their routing into rank's input region (default: the
+    first rank this process drives)."""
+    rank = buffer.driven_ranks[0] if rank is None else rank
     torch.ops.megamoe.pre_dispatch(buffer.id, buffer.memory, x, topk_idx, topk_weights,
                                    expert_scales, rank)
 
 
-def read_and_clear_dispatch_errors(buffer: SymmBuffer, rank: int = 0) -> int:
+def read_and_clear_dispatch_errors(buffer: SymmBuffer, rank: Optional[int] = None) -> int:
     """Count of out-of-range expert ids pre-dispatch saw on rank (synchronizes the stream)."""
+    rank = buffer.driven_ranks[0] if rank is None else rank
     return _core.read_and_clear_dispatch_errors(buffer.core, rank, _stream(buffer.device))
 
 
@@ -229,13 +233,20 @@ def _weight_lists(weights):
     return list(weights) if isinstance(weights, (list, tuple)) else [weights]
 
 
+def _ranks(buffer, ranks, single, n):
+    """The ranks of a layer call: as given (an int or a list), else the driven ranks."""
+    if ranks is None:
+        return buffer.driven_ranks[:1] if single else buffer.driven_ranks[:n]
+    return [ranks] if isinstance(ranks, int) else list(ranks)
+
+
 def nvfp4_mega_moe(buffer: SymmBuffer, weights, num_tokens=None, out=None, ranks=None):
     """Runs the NVFP4 layer on the last pre-dispatch. `weights`: the dict of
     transform_weights_for_mega_moe, or a list of them (one per rank in `ranks`, default the
     driven ranks). Returns out bf16 [T, H] (a list when weights is a list); T = num_tokens."""
     single = not isinstance(weights, (list, tuple))
     ws = _weight_lists(weights)
-    ranks = [0] if single and ranks is None else (ranks or buffer.driven_ranks[:len(ws)])
+    ranks = _ranks(buffer, ranks, single, len(ws))
     outs = _outputs(buffer, num_tokens, out, len(ws))
     fields = [[w[name] for w in ws] for name in _KERNEL_FIELDS]
     torch.ops.megamoe.nvfp4_mega_moe(buffer.id, buffer.memory, *fields, outs, list(ranks))
@@ -260,7 +271,7 @@ def _family_op(name, fields):
     def call(buffer: SymmBuffer, weights, num_tokens=None, out=None, ranks=None):
         single = not isinstance(weights, (list, tuple))
         ws = _weight_lists(weights)
-        ranks = [0] if single and ranks is None else (ranks or buffer.driven_ranks[:len(ws)])
+        ranks = _ranks(buffer, ranks, single, len(ws))
         outs = _outputs(buffer, num_tokens, out, len(ws))
         flat = [w[f] for w in ws for f in fields]
         getattr(torch.ops.megamoe, name)(buffer.id, buffer.memory, flat, outs, list(ranks))

@@ -18,9 +18,10 @@
 namespace megamoe {
 namespace {
 
-// The leading members of NCCL's device-side window record (nccl_device/impl/core__types.h in
-// 2.28), which is where ncclGetLsaPointer reads the flat base and stride. The constructor
-// checks the result against the local pointer, so a layout change is reported, never used.
+// The leading members of NCCL's device-side window record (nccl_device/impl/core__types.h of
+// the NCCL headers megamoe is built with), where ncclGetLsaPointer reads the flat base and
+// stride. Used only with more than one rank, only when the loaded NCCL is that release, and
+// checked against the local pointer.
 struct WindowHead {
   void* win_host;
   char* lsa_flat_base;
@@ -67,9 +68,20 @@ class NcclPeerMemory final : public PeerMemory {
 
  private:
   void resolve_peers(const cuda::Driver& d) {
+    peers_.assign(static_cast<std::size_t>(num_ranks_), nullptr);
+    peers_[static_cast<std::size_t>(rank_)] = local_;
+    if (num_ranks_ == 1) return;
+    // The window record's layout is NCCL's own: read it only from the release whose headers
+    // this library was built with, and check the result against the local pointer.
+    const int version = nccl::library().version;
+    if (version != NCCL_VERSION_CODE) {
+      throw CudaError("nccl peer memory: the loaded NCCL " + std::to_string(version) +
+                      " differs from the NCCL " + std::to_string(NCCL_VERSION_CODE) +
+                      " headers megamoe was built with; peer pointers of a symmetric window are "
+                      "only read from the same release (set MEGAMOE_NCCL_LIBRARY)");
+    }
     WindowHead head{};
     MEGAMOE_CU(d.cuMemcpyDtoH(&head, reinterpret_cast<CUdeviceptr>(window_), sizeof(head)));
-    peers_.resize(static_cast<std::size_t>(num_ranks_));
     for (int r = 0; r < num_ranks_; ++r) {
       // The LSA team of a single NVLink domain holds every rank in world order.
       const std::int64_t lsa = head.lsa_rank + (r - head.world_rank);
@@ -80,7 +92,7 @@ class NcclPeerMemory final : public PeerMemory {
     if (head.world_rank != rank_ || peers_[static_cast<std::size_t>(rank_)] != local_) {
       throw CudaError(
           "nccl peer memory: the NCCL window does not map this rank's buffer where expected "
-          "(unsupported NCCL window layout, or ranks outside one NVLink domain)");
+          "(ranks outside one NVLink domain?)");
     }
   }
 

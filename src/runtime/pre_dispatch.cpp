@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <string>
@@ -45,33 +46,56 @@ const char* flag(bool b) {
 
 // A padding CTA clears this many route entries per thread before the grid runs out.
 constexpr std::int64_t kPadEntriesPerThread = 16;
-constexpr std::int64_t kMaxPadCtas = 1024;
 
 struct FunctionKey {
-  std::string key;  // config fields + variant, as in the entry name
+  std::string key;  // the entry name holds every template argument
   CUcontext context;
   bool operator<(const FunctionKey& o) const {
     return std::tie(key, context) < std::tie(o.key, o.context);
   }
 };
 
+struct LoadedKernel {
+  CUfunction function = nullptr;
+  unsigned max_ctas = 1;  // resident CTAs on the whole GPU: the persistent grid's size
+};
+
 // The loaded function for a request, compiled once per process (the JIT's own caches make the
 // compile cheap, but hashing the source on every launch would not be).
-CUfunction function_for(const jit::KernelRequest& request) {
+LoadedKernel kernel_for(const jit::KernelRequest& request, int threads) {
   static std::mutex mutex;
-  static std::map<FunctionKey, CUfunction> functions;
+  static std::map<FunctionKey, LoadedKernel> kernels;
+  const cuda::Driver& d = cuda::driver();
   CUcontext ctx = nullptr;
-  MEGAMOE_CU(cuda::driver().cuCtxGetCurrent(&ctx));
+  MEGAMOE_CU(d.cuCtxGetCurrent(&ctx));
   const FunctionKey key{request.entry, ctx};
   {
     std::lock_guard lock(mutex);
-    if (auto it = functions.find(key); it != functions.end()) return it->second;
+    if (auto it = kernels.find(key); it != kernels.end()) return it->second;
   }
   const auto compiled = jit::compile(request);
-  const CUfunction f = load(*compiled);
+  LoadedKernel k;
+  k.function = load(*compiled);
+  CUdevice device = 0;
+  MEGAMOE_CU(d.cuDeviceGet(&device, 0));  // cuda::driver() runs on device 0
+  int sms = 0, per_sm = 0;
+  MEGAMOE_CU(d.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device));
+  MEGAMOE_CU(d.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k.function, threads, 0));
+  k.max_ctas = static_cast<unsigned>(std::max(1, sms * std::max(1, per_sm)));
   std::lock_guard lock(mutex);
-  functions.emplace(key, f);
-  return f;
+  kernels.emplace(key, k);
+  return k;
+}
+
+// Programmatic dependent launch on real streams. The legacy default stream (null or
+// CU_STREAM_LEGACY) serializes with every blocking stream anyway, and gets a plain launch.
+// MEGAMOE_PDL=0 turns PDL off everywhere (diagnostics).
+bool use_pdl(CUstream stream) {
+  static const bool enabled = [] {
+    const char* env = std::getenv("MEGAMOE_PDL");
+    return env == nullptr || std::string(env) != "0";
+  }();
+  return enabled && stream != nullptr && stream != CU_STREAM_LEGACY;
 }
 
 template <typename T>
@@ -179,7 +203,7 @@ void launch_pre_dispatch(const SymmBuffer& buffer, std::span<const PreDispatchIn
   for (const PreDispatchInputs& in : inputs) {
     const PreDispatchVariant variant{in.topk_idx.dtype == DType::i64, in.expert_scales.defined(),
                                      hw_e4m3};
-    const CUfunction f = function_for(pre_dispatch_request(c, variant));
+    const LoadedKernel kernel = kernel_for(pre_dispatch_request(c, variant), threads);
 
     void* base = buffer.memory->base(in.rank);
     const BufferRegion& rx = plan.region("x");
@@ -215,16 +239,17 @@ void launch_pre_dispatch(const SymmBuffer& buffer, std::span<const PreDispatchIn
     p.error_count = at<std::uint32_t>(base, plan.region("error_count").offset);
     p.num_tokens = static_cast<std::int32_t>(t);
 
+    // Persistent grid: enough CTAs for the rows and the padding routes, at most one wave.
     const std::int64_t pad_entries = (t_max - t) * k;
     const std::int64_t pad_ctas =
-        std::min(kMaxPadCtas, (pad_entries + threads * kPadEntriesPerThread - 1) /
-                                  (threads * kPadEntriesPerThread));
+        (pad_entries + threads * kPadEntriesPerThread - 1) / (threads * kPadEntriesPerThread);
+    const std::int64_t ctas = std::clamp<std::int64_t>(std::max(t, pad_ctas), 1, kernel.max_ctas);
     LaunchConfig cfg;
-    cfg.grid = {static_cast<unsigned>(std::max<std::int64_t>(1, t + pad_ctas)), 1, 1};
+    cfg.grid = {static_cast<unsigned>(ctas), 1, 1};
     cfg.block = {static_cast<unsigned>(threads), 1, 1};
     cfg.stream = static_cast<CUstream>(stream);
-    cfg.pdl = true;
-    launch_kernel(f, cfg, p);
+    cfg.pdl = use_pdl(cfg.stream);
+    launch_kernel(kernel.function, cfg, p);
   }
 }
 

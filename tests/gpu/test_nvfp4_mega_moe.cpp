@@ -3,12 +3,17 @@
 // output element written (outputs are poisoned with NaN first), bitwise repeatability, R = 1, 2,
 // 4, 8 virtual ranks (local provider), T around BLOCK_M, top-k 1 / 6 / 8, masked routes, empty
 // experts, all tokens on one expert, swizzled checkpoint scales, CUDA-graph replay.
+//
+// The input region is written from the host (nvfp4_host_dispatch.hpp: the pre-dispatch recipe on
+// the CPU) so that these tests see the fused kernel alone; MEGAMOE_TEST_USE_PREDISPATCH=1 runs
+// the library's mega_moe_pre_dispatch instead.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -22,6 +27,7 @@
 #include "megamoe/reference.hpp"
 #include "runtime/cuda_driver.hpp"
 #include "runtime/device_memory.hpp"
+#include "nvfp4_host_dispatch.hpp"
 
 namespace megamoe {
 namespace {
@@ -84,8 +90,7 @@ std::vector<std::uint8_t> maybe_swizzle(const std::vector<std::uint8_t>& rm, std
     formats::swizzle_128x4(
         std::span<const std::uint8_t>(rm.data() + e * rows * cols,
                                       static_cast<std::size_t>(rows * cols)),
-        rows, cols,
-        std::span<std::uint8_t>(out.data() + e * per, static_cast<std::size_t>(per)));
+        rows, cols, std::span<std::uint8_t>(out.data() + e * per, static_cast<std::size_t>(per)));
   }
   return out;
 }
@@ -98,7 +103,8 @@ void make_rank_weights(const Case& c, const MoEConfig& cfg, const reference::Qua
     return std::vector<std::uint8_t>(v.begin() + e0 * per, v.begin() + (e0 + el) * per);
   };
   const auto w13 = slice(w.w13.packed, 2 * i * h / 2);
-  const auto s13 = maybe_swizzle(slice(w.w13.scales, 2 * i * h / 16), el, 2 * i, h / 16, c.swizzled);
+  const auto s13 =
+      maybe_swizzle(slice(w.w13.scales, 2 * i * h / 16), el, 2 * i, h / 16, c.swizzled);
   const auto w2 = slice(w.w2.packed, h * i / 2);
   const auto s2 = maybe_swizzle(slice(w.w2.scales, h * i / 16), el, h, i / 16, c.swizzled);
   rw.w13 = upload(w13.data(), w13.size());
@@ -120,7 +126,8 @@ void make_rank_weights(const Case& c, const MoEConfig& cfg, const reference::Qua
                                       {el, pad(h, 128), pad(i / 16, 4)}, kGpu);
     in.sf_layout = ScaleLayout::swizzled_128x4;
   } else {
-    in.w13_sf = TensorView::contiguous(rw.w13_sf.as<void>(), DType::ue4m3, {el, 2 * i, h / 16}, kGpu);
+    in.w13_sf =
+        TensorView::contiguous(rw.w13_sf.as<void>(), DType::ue4m3, {el, 2 * i, h / 16}, kGpu);
     in.w2_sf = TensorView::contiguous(rw.w2_sf.as<void>(), DType::ue4m3, {el, h, i / 16}, kGpu);
   }
   in.w13_global = TensorView::contiguous(rw.g13.as<void>(), DType::f32, {el}, kGpu);
@@ -222,19 +229,40 @@ struct Harness {
       p.topk_idx = TensorView::contiguous(ids[ur].as<void>(), DType::i64, {t, k}, kGpu);
       p.topk_weights = TensorView::contiguous(tw[ur].as<void>(), DType::f32, {t, k}, kGpu);
       pd.push_back(p);
-      outputs.push_back({r, TensorView::contiguous(outs[ur].as<void>(), DType::bf16, {t, h}, kGpu)});
+      outputs.push_back(
+          {r, TensorView::contiguous(outs[ur].as<void>(), DType::bf16, {t, h}, kGpu)});
     }
   }
 
-  void run(CUstream stream) {
-    mega_moe_pre_dispatch(buffer, pd, stream);
-    nvfp4_mega_moe(buffer, weight_views, outputs, stream);
+  static bool use_predispatch() {
+    const char* v = std::getenv("MEGAMOE_TEST_USE_PREDISPATCH");
+    return v != nullptr && std::string(v) == "1";
   }
+
+  void dispatch() {
+    if (use_predispatch()) {
+      mega_moe_pre_dispatch(buffer, pd, nullptr);
+      cuda::check(cuda::driver().cuCtxSynchronize(), "after mega_moe_pre_dispatch");
+      return;
+    }
+    const std::int64_t h = c.hidden, t = c.tokens, k = c.top_k;
+    for (int r = 0; r < c.ranks; ++r) {
+      const test::InputImage img = test::nvfp4_input_image(
+          buffer.plan, std::span<const float>(inputs.x.data() + r * t * h, static_cast<std::size_t>(t * h)),
+          std::span<const std::int64_t>(inputs.topk_idx.data() + r * t * k, static_cast<std::size_t>(t * k)),
+          std::span<const float>(inputs.topk_weights.data() + r * t * k, static_cast<std::size_t>(t * k)), t);
+      const auto dst = reinterpret_cast<CUdeviceptr>(static_cast<std::uint8_t*>(buffer.memory->base(r)) + img.offset);
+      MEGAMOE_CU(cuda::driver().cuMemcpyHtoD(dst, img.bytes.data(), img.bytes.size()));
+    }
+  }
+
+  void run(CUstream stream) { nvfp4_mega_moe(buffer, weight_views, outputs, stream); }
 
   Result poisoned_run() {
     for (auto& o : outs) o.fill_bytes(0xFF);  // bf16 NaN everywhere
-    run(nullptr);
-    MEGAMOE_CU(cuda::driver().cuCtxSynchronize());
+    dispatch();
+    nvfp4_mega_moe(buffer, weight_views, outputs, nullptr);
+    cuda::check(cuda::driver().cuCtxSynchronize(), "after nvfp4_mega_moe");
     return fetch();
   }
 
@@ -277,8 +305,8 @@ struct Harness {
         const double rel = nr == 0 ? std::sqrt(diff) : std::sqrt(diff / nr);
         EXPECT_GE(cos, 0.99999) << describe_case(c) << " rank " << r << " tokens [" << t0 << ", "
                                 << t1 << ") seed " << seed;
-        EXPECT_LE(rel, 1e-3) << describe_case(c) << " rank " << r << " tokens [" << t0 << ", "
-                             << t1 << ") seed " << seed;
+        EXPECT_LE(rel, 1e-3) << describe_case(c) << " rank " << r << " tokens [" << t0 << ", " << t1
+                             << ") seed " << seed;
         worst_cos = std::min(worst_cos, cos);
         worst_rel = std::max(worst_rel, rel);
       }

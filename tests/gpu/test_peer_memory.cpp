@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
@@ -89,8 +90,9 @@ void pre_dispatch_smoke(const SymmBuffer& b, std::mt19937_64& rng) {
     p.topk_weights = TensorView::contiguous(dw.as<void>(), DType::f32, {t, c.shape.top_k}, gpu);
     in.push_back(p);
   }
-  mega_moe_pre_dispatch(b, in, nullptr);
-  MEGAMOE_CU(cuda::driver().cuCtxSynchronize());
+  runtime::Stream stream;
+  mega_moe_pre_dispatch(b, in, stream.get());
+  stream.synchronize();
   for (const int r : b.memory->driven_ranks()) {
     std::int32_t published = -1;
     MEGAMOE_CU(cuda::driver().cuMemcpyDtoH(&published, dptr(b.view(r, "num_tokens")), 4));
@@ -136,6 +138,7 @@ TEST_F(PeerMemoryGpu, NcclOneRankWindow) {
   std::mt19937_64 rng(seed);
   cuda::driver();  // NCCL uses the current device's primary context, as the driver does
   const nccl::Library& n = nccl::library();
+  std::printf("NCCL %d from %s\n", n.version, n.path.c_str());
   ncclUniqueId id;
   MEGAMOE_NCCL(n.ncclGetUniqueId(&id));
   ncclComm_t comm = nullptr;

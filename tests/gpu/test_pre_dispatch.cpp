@@ -374,8 +374,9 @@ void run_case(const Case& c, std::mt19937_64& rng, std::int64_t first_tokens, bo
   }
   std::vector<PreDispatchInputs> views;
   for (const DeviceInputs& d : dev) views.push_back(d.view);
-  runtime::launch_pre_dispatch(b, views, nullptr, hw_e4m3);
-  MEGAMOE_CU(cuda::driver().cuCtxSynchronize());
+  runtime::Stream stream;  // a real stream: launched with programmatic dependent launch
+  runtime::launch_pre_dispatch(b, views, stream.get(), hw_e4m3);
+  stream.synchronize();
   for (int r = 0; r < c.num_ranks; ++r) {
     SCOPED_TRACE("rank " + std::to_string(r) +
                  " T=" + std::to_string(host[static_cast<std::size_t>(r)].tokens));
@@ -459,6 +460,28 @@ TEST_F(PreDispatchGpu, GraphCaptureWithPdlMatchesCpu) {
   check_rank(c, b, 0, in, 2 * errors);
   MEGAMOE_CU(drv.cuGraphExecDestroy(exec));
   MEGAMOE_CU(drv.cuGraphDestroy(graph));
+}
+
+// The public entry point on the legacy default stream (a plain launch there).
+TEST_F(PreDispatchGpu, LegacyDefaultStream) {
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  Case c;
+  c.format = Format::mxfp4;
+  c.hidden = 2048;
+  c.top_k = 6;
+  c.t_max = 100;
+  const std::int64_t t = 1 + static_cast<std::int64_t>(rng() % 100);
+  std::uint32_t errors = 0;
+  const HostInputs in = make_inputs(c, t, rng, true, false, &errors);
+  const SymmBuffer b = get_symm_buffer_for_mega_moe(config_of(c));
+  DeviceInputs d = to_device(c, in, 0);
+  poison(b, 0);
+  const PreDispatchInputs views[] = {d.view};
+  mega_moe_pre_dispatch(b, views, nullptr);
+  MEGAMOE_CU(cuda::driver().cuCtxSynchronize());
+  check_rank(c, b, 0, in, errors);
 }
 
 TEST_F(PreDispatchGpu, BadInputIsRejectedBeforeAnyLaunch) {

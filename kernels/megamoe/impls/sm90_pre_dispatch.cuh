@@ -2,10 +2,11 @@
 // Activation pre-dispatch (docs/pre_dispatch.md): bf16 tokens + routing -> the input region of
 // the symmetric buffer, quantized to FP8 (1x128), MXFP4 or NVFP4 (per-token global scale).
 //
-// One CTA per token row; each thread owns one group of contiguous elements (32 for FP4, 16 for
-// FP8), read with 16-byte loads and written with one 16-byte store. The whole row stays in
-// registers, so the NVFP4 per-token amax needs one CTA reduction and no second read. CTAs past
-// the live token count mark the padding rows [T, T_max) of the routing metadata.
+// A persistent grid of CTAs, each quantizing one token row at a time; each thread owns one group
+// of contiguous elements (32 for FP4, 16 for FP8), read with 16-byte loads and written with one
+// 16-byte store. The whole row stays in registers, so the NVFP4 per-token amax needs one CTA
+// reduction and no second read, and the next row's group is loaded while the current one is
+// encoded. After the rows, the CTAs mark the padding rows [T, T_max) of the routing metadata.
 //
 // Bitwise equal to the CPU quantizers of src/core/formats/ (see formats/exact_codecs.cuh).
 #include "megamoe/common.cuh"
@@ -38,7 +39,7 @@ struct PreDispatchParams {
   i64 out_route_pitch;         // elements between rows of out_idx / out_weights
   i32* out_num_tokens;         // "num_tokens"
   u32* error_count;            // "error_count"
-  i32 num_tokens;              // T (live rows); blocks [T, gridDim.x) mark padding
+  i32 num_tokens;              // T (live rows)
 };
 
 template <int kFormat>
@@ -100,71 +101,38 @@ MEGAMOE_DEVICE void publish_routes(const PreDispatchParams& p, int row, int lane
 
 }  // namespace pre_dispatch_detail
 
-template <int kHidden, int kTopK, int kFormat, bool kUe8m0Scales, bool kHwE4m3, int kMaxTokens,
-          int kNumExperts, bool kIdx64, bool kExpertScales>
-__global__ void __launch_bounds__(kPreDispatchThreads<kHidden, kFormat>)
-    pre_dispatch_kernel(const __grid_constant__ PreDispatchParams p) {
-  using Traits = PreDispatchTraits<kFormat>;
-  constexpr int kGroup = Traits::kGroup;
-  constexpr int kGroups = kHidden / kGroup;
-  constexpr int kThreads = kPreDispatchThreads<kHidden, kFormat>;
-  constexpr int kWarps = kThreads / 32;
-  static_assert(kHidden % kGroup == 0, "H must be a multiple of the thread group");
-  static_assert(kFormat != kPreDispatchFp8 || kHidden % 128 == 0, "FP8 blocks are 1x128");
-  static_assert(kTopK >= 1 && kTopK <= 32, "top-k is published by one warp");
-  static_assert(kThreads <= 1024, "one CTA holds one row");
+// Loads one thread's group of a row: kGroup / 8 16-byte loads (zeros for idle threads).
+template <int kGroup>
+MEGAMOE_DEVICE void load_group(const PreDispatchParams& p, int row, int tid, bool active,
+                               u32 (&packed)[kGroup / 2]) {
+  const u16* src = p.x + row * p.x_row_stride + tid * kGroup;
+#pragma unroll
+  for (int i = 0; i < kGroup / 8; ++i) {
+    ptx::u32x4 q{0u, 0u, 0u, 0u};
+    if (active) q = ptx::load_global_nc_16(src + 8 * i);
+    packed[4 * i + 0] = q.x;
+    packed[4 * i + 1] = q.y;
+    packed[4 * i + 2] = q.z;
+    packed[4 * i + 3] = q.w;
+  }
+}
 
-  const int tid = static_cast<int>(threadIdx.x);
+// Quantizes one row held in registers (packed bf16 pairs) and stores it. `amax_slots` is this
+// row's shared scratch for the NVFP4 row reduction (callers alternate two, so one barrier per row
+// suffices).
+template <int kHidden, int kFormat, bool kUe8m0Scales, bool kHwE4m3>
+MEGAMOE_DEVICE void quantize_row(const PreDispatchParams& p, int row, int tid, bool active,
+                                 const u32* packed, float* amax_slots) {
+  constexpr int kGroup = PreDispatchTraits<kFormat>::kGroup;
+  constexpr int kWarps = kPreDispatchThreads<kHidden, kFormat> / 32;
   const int lane = tid & 31;
-  const int row = static_cast<int>(blockIdx.x);
-
-  // Inputs may come from the previous kernel, and the buffer may still be read by it.
-  ptx::griddep_wait();
-
-  if (row == 0 && tid == 0) *p.out_num_tokens = p.num_tokens;
-
-  if (row >= p.num_tokens) {
-    // Padding CTA: rows [T, T_max) of the routing metadata, spread over the padding CTAs.
-    const i64 pad_rows = static_cast<i64>(kMaxTokens) - p.num_tokens;
-    const i64 entries = pad_rows * kTopK;
-    const i64 stride = static_cast<i64>(gridDim.x - static_cast<u32>(p.num_tokens)) * kThreads;
-    for (i64 e = static_cast<i64>(row - p.num_tokens) * kThreads + tid; e < entries; e += stride) {
-      const i64 r = p.num_tokens + e / kTopK;
-      const i64 k = e % kTopK;
-      p.out_idx[r * p.out_route_pitch + k] = -1;
-      p.out_weights[r * p.out_route_pitch + k] = 0.0f;
-    }
-    ptx::griddep_launch_dependents();
-    return;
-  }
-
-  if (tid < 32) {
-    pre_dispatch_detail::publish_routes<kTopK, kNumExperts, kIdx64, kExpertScales>(p, row, lane);
-  }
-
-  // ---- load the thread's group (threads past the last group hold zeros and store nothing) ----
-  const bool active = tid < kGroups;
   float v[kGroup];
-  u32 packed[kGroup / 2];
-  {
-    const u16* src = p.x + row * p.x_row_stride + tid * kGroup;
 #pragma unroll
-    for (int i = 0; i < kGroup / 8; ++i) {
-      ptx::u32x4 q{0u, 0u, 0u, 0u};
-      if (active) q = ptx::load_global_nc_16(src + 8 * i);
-      packed[4 * i + 0] = q.x;
-      packed[4 * i + 1] = q.y;
-      packed[4 * i + 2] = q.z;
-      packed[4 * i + 3] = q.w;
-    }
-#pragma unroll
-    for (int i = 0; i < kGroup / 2; ++i) {
-      // Little endian: the even element is the low half.
-      v[2 * i] = __uint_as_float(packed[i] << 16);
-      v[2 * i + 1] = __uint_as_float(packed[i] & 0xFFFF0000u);
-    }
+  for (int i = 0; i < kGroup / 2; ++i) {
+    // Little endian: the even element is the low half.
+    v[2 * i] = __uint_as_float(packed[i] << 16);
+    v[2 * i + 1] = __uint_as_float(packed[i] & 0xFFFF0000u);
   }
-
   u8* out_row = p.out_x + row * p.out_x_pitch;
   u8* sf_row = p.out_sf + row * p.out_sf_pitch;
   ptx::u32x4 out;
@@ -184,12 +152,11 @@ __global__ void __launch_bounds__(kPreDispatchThreads<kHidden, kFormat>)
     for (int o = 16; o >= 1; o >>= 1) {
       amax = exact::amax2(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
     }
-    __shared__ float warp_amax[kWarps];
-    if (lane == 0) warp_amax[tid / 32] = amax;
+    if (lane == 0) amax_slots[tid / 32] = amax;
     __syncthreads();
-    amax = warp_amax[0];
+    amax = amax_slots[0];
 #pragma unroll
-    for (int w = 1; w < kWarps; ++w) amax = exact::amax2(amax, warp_amax[w]);
+    for (int w = 1; w < kWarps; ++w) amax = exact::amax2(amax, amax_slots[w]);
 
     const float g = exact::nvfp4_global_from_amax(amax);
     u32 words[4];
@@ -252,7 +219,60 @@ __global__ void __launch_bounds__(kPreDispatchThreads<kHidden, kFormat>)
     out = ptx::u32x4{words[0], words[1], words[2], words[3]};
   }
   if (active) ptx::store_global_16(out_row + 16 * tid, out);
+}
 
+// Persistent: CTA b handles rows b, b + gridDim.x, ... and prefetches the next row's group into
+// registers while it quantizes the current one, then clears its share of the padding routes.
+template <int kHidden, int kTopK, int kFormat, bool kUe8m0Scales, bool kHwE4m3, int kMaxTokens,
+          int kNumExperts, bool kIdx64, bool kExpertScales>
+__global__ void __launch_bounds__(kPreDispatchThreads<kHidden, kFormat>)
+    pre_dispatch_kernel(const __grid_constant__ PreDispatchParams p) {
+  using Traits = PreDispatchTraits<kFormat>;
+  constexpr int kGroup = Traits::kGroup;
+  constexpr int kGroups = kHidden / kGroup;
+  constexpr int kThreads = kPreDispatchThreads<kHidden, kFormat>;
+  constexpr int kWarps = kThreads / 32;
+  static_assert(kHidden % kGroup == 0, "H must be a multiple of the thread group");
+  static_assert(kFormat != kPreDispatchFp8 || kHidden % 128 == 0, "FP8 blocks are 1x128");
+  static_assert(kTopK >= 1 && kTopK <= 32, "top-k is published by one warp");
+  static_assert(kThreads <= 1024, "one CTA holds one row");
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const int lane = tid & 31;
+  const int stride = static_cast<int>(gridDim.x);
+  const bool active = tid < kGroups;
+  __shared__ float amax_slots[2][kWarps];
+
+  // Inputs may come from the previous kernel, and the buffer may still be read by it.
+  ptx::griddep_wait();
+
+  if (blockIdx.x == 0 && tid == 0) *p.out_num_tokens = p.num_tokens;
+
+  int row = static_cast<int>(blockIdx.x);
+  u32 next[kGroup / 2];
+  if (row < p.num_tokens) load_group<kGroup>(p, row, tid, active, next);
+  for (int parity = 0; row < p.num_tokens; row += stride, parity ^= 1) {
+    u32 packed[kGroup / 2];
+#pragma unroll
+    for (int i = 0; i < kGroup / 2; ++i) packed[i] = next[i];
+    if (row + stride < p.num_tokens) load_group<kGroup>(p, row + stride, tid, active, next);
+    if (tid < 32) {
+      pre_dispatch_detail::publish_routes<kTopK, kNumExperts, kIdx64, kExpertScales>(p, row, lane);
+    }
+    quantize_row<kHidden, kFormat, kUe8m0Scales, kHwE4m3>(p, row, tid, active, packed,
+                                                          amax_slots[parity]);
+  }
+
+  // Padding rows [T, T_max) of the routing metadata.
+  const i64 entries = (static_cast<i64>(kMaxTokens) - p.num_tokens) * kTopK;
+  const i64 base = static_cast<i64>(p.num_tokens) * kTopK;
+  for (i64 e = static_cast<i64>(blockIdx.x) * kThreads + tid; e < entries;
+       e += static_cast<i64>(stride) * kThreads) {
+    const i64 r = (base + e) / kTopK;
+    const i64 k = (base + e) % kTopK;
+    p.out_idx[r * p.out_route_pitch + k] = -1;
+    p.out_weights[r * p.out_route_pitch + k] = 0.0f;
+  }
   ptx::griddep_launch_dependents();
 }
 

@@ -61,9 +61,9 @@ int device_of_pointer(void* p) {
 
 void check_rank(const SymmBuffer& b, int rank) {
   if (rank < 0 || rank >= b.memory->num_ranks()) {
-    throw_invalid("rank", "must be in [0, num_ranks)",
-                  std::to_string(rank) + " with " + std::to_string(b.memory->num_ranks()) +
-                      " ranks");
+    throw_invalid(
+        "rank", "must be in [0, num_ranks)",
+        std::to_string(rank) + " with " + std::to_string(b.memory->num_ranks()) + " ranks");
   }
 }
 
@@ -79,7 +79,8 @@ nb::object region_view(nb::handle owner, const SymmBuffer& b, int rank, std::str
 
 nb::dict all_views(nb::handle owner, const SymmBuffer& b, int rank) {
   nb::dict d;
-  for (const BufferRegion& r : b.plan.regions) d[r.name.c_str()] = region_view(owner, b, rank, r.name);
+  for (const BufferRegion& r : b.plan.regions)
+    d[r.name.c_str()] = region_view(owner, b, rank, r.name);
   return d;
 }
 
@@ -133,8 +134,7 @@ void register_buffer(nb::module_& m) {
   m.def(
       "get_symm_buffer_for_mega_moe",
       [](const MoEConfig& config, std::string_view provider, std::uintptr_t nccl_comm) {
-        return get_symm_buffer_for_mega_moe(config, provider,
-                                            reinterpret_cast<void*>(nccl_comm));
+        return get_symm_buffer_for_mega_moe(config, provider, reinterpret_cast<void*>(nccl_comm));
       },
       nb::arg("config"), nb::arg("provider") = "local", nb::arg("nccl_comm") = 0,
       "Plans and allocates; provider 'local' (num_ranks virtual ranks on this GPU) or 'nccl'");

@@ -24,6 +24,11 @@ using Array = nb::ndarray<nb::ro>;
 // The same for arrays the library writes into.
 using MutableArray = nb::ndarray<>;
 
+// An argument as an array; anything else (or a read-only array where the library writes) is an
+// InvalidArgument naming it rather than nanobind's generic cast error.
+Array as_array(nb::handle value, std::string_view name);
+MutableArray as_mutable_array(nb::handle value, std::string_view name);
+
 // ---- device arrays: zero-copy views ---------------------------------------------------------
 // The element type an array holds, by DLPack dtype; one-byte integer types map to u8.
 DType dtype_of(const Array& a, std::string_view name);

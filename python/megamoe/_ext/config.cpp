@@ -89,11 +89,10 @@ void register_config(nb::module_& m) {
   cls.def("__init__", &init_config, nb::kw_only(), nb::arg("hidden") = 0,
           nb::arg("intermediate") = 0, nb::arg("num_experts") = 0, nb::arg("top_k") = 0,
           nb::arg("weight_format") = Format::nvfp4, nb::arg("act_format") = Format::nvfp4,
-          nb::arg("fp8_scale") = Fp8ScaleKind::f32,
-          nb::arg("activation") = ActivationKind::swiglu, nb::arg("clamp") = 0.0f,
-          nb::arg("oai_alpha") = 1.702f, nb::arg("oai_limit") = 7.0f, nb::arg("num_ranks") = 1,
-          nb::arg("max_tokens_per_rank") = 0, nb::arg("fp8_combine") = false,
-          nb::arg("side_lora") = false, nb::arg("lora_rank") = 128);
+          nb::arg("fp8_scale") = Fp8ScaleKind::f32, nb::arg("activation") = ActivationKind::swiglu,
+          nb::arg("clamp") = 0.0f, nb::arg("oai_alpha") = 1.702f, nb::arg("oai_limit") = 7.0f,
+          nb::arg("num_ranks") = 1, nb::arg("max_tokens_per_rank") = 0,
+          nb::arg("fp8_combine") = false, nb::arg("side_lora") = false, nb::arg("lora_rank") = 128);
   cls.def_prop_rw(
       "hidden", [](const MoEConfig& c) { return c.shape.hidden; },
       [](MoEConfig& c, std::int64_t v) { c.shape.hidden = v; });

@@ -9,12 +9,12 @@ namespace megamoe::python {
 namespace {
 
 TensorView in(nb::handle obj, const char* name, DType dtype) {
-  return to_view(nb::cast<Array>(field(obj, name)), name, dtype);
+  return to_view(as_array(field(obj, name), name), name, dtype);
 }
 
 // FP8 block scales are f32 or UE8M0 bytes; the dtype of the array says which.
 TensorView fp8_scales(nb::handle obj, const char* name) {
-  Array a = nb::cast<Array>(field(obj, name));
+  Array a = as_array(field(obj, name), name);
   return dtype_of(a, name) == DType::f32 ? to_view(a, name, DType::f32)
                                          : to_view(a, name, DType::ue8m0);
 }
@@ -47,7 +47,8 @@ void run_family(const SymmBuffer& buffer, nb::handle weights, nb::handle out, nb
   std::vector<MoEOutputs> o;
   for (std::size_t i = 0; i < n; ++i) {
     w.push_back(convert(ws[i]));
-    o.push_back(MoEOutputs{ranks[i], to_view(nb::cast<MutableArray>(outs[i]), "out", DType::bf16)});
+    o.push_back(
+        MoEOutputs{ranks[i], to_view(as_mutable_array(outs[i], "out"), "out", DType::bf16)});
   }
   void* s = stream_arg(stream);
   nb::gil_scoped_release release;
@@ -58,8 +59,8 @@ template <typename Weights, typename Convert, typename Run>
 void def_family(nb::module_& m, const char* name, Convert convert, Run run, const char* doc) {
   m.def(
       name,
-      [convert, run](const SymmBuffer& buffer, nb::handle weights, nb::handle out,
-                     nb::handle rank, nb::handle stream) {
+      [convert, run](const SymmBuffer& buffer, nb::handle weights, nb::handle out, nb::handle rank,
+                     nb::handle stream) {
         run_family<Weights>(buffer, weights, out, rank, stream, convert, run);
       },
       nb::arg("buffer"), nb::arg("weights"), nb::arg("out"), nb::kw_only(),

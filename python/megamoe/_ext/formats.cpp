@@ -57,8 +57,7 @@ nb::tuple quantize_nvfp4_per_row(const Array& x) {
                         to_numpy(std::move(global), dims({m.rows})));
 }
 
-nb::object dequantize_nvfp4(const Array& packed, const Array& scales,
-                            const Array& global_scales) {
+nb::object dequantize_nvfp4(const Array& packed, const Array& scales, const Array& global_scales) {
   const std::int64_t k = check_fp4(packed, scales, f::kNvfp4Block);
   const std::int64_t rows = static_cast<std::int64_t>(packed.shape(0));
   std::vector<float> global = read_floats(global_scales, "global_scales");
@@ -138,7 +137,8 @@ nb::object dequantize_fp8(const Array& q, const Array& scales, int block_rows) {
 
 nb::object swizzle(const Array& sf) {
   const auto shape = expect_host(sf, "sf", {-1, -1});
-  std::vector<std::uint8_t> out(static_cast<std::size_t>(f::swizzled_128x4_size(shape[0], shape[1])));
+  std::vector<std::uint8_t> out(
+      static_cast<std::size_t>(f::swizzled_128x4_size(shape[0], shape[1])));
   f::swizzle_128x4(read_bytes(sf, "sf"), shape[0], shape[1], out);
   const auto n = static_cast<std::int64_t>(out.size());
   return to_numpy(std::move(out), dims({n}));
@@ -178,8 +178,7 @@ void register_formats(nb::module_& root) {
       "finite_abs_max", [](const Array& x) { return f::finite_abs_max(read_floats(x, "x")); },
       nb::arg("x"));
   m.def("nvfp4_global_scale", &f::nvfp4_global_scale, nb::arg("amax"));
-  m.def("nvfp4_block_scale", &f::nvfp4_block_scale, nb::arg("block_amax"),
-        nb::arg("global_scale"));
+  m.def("nvfp4_block_scale", &f::nvfp4_block_scale, nb::arg("block_amax"), nb::arg("global_scale"));
   m.def("mxfp4_block_scale", &f::mxfp4_block_scale, nb::arg("block_amax"));
   m.def("fp8_pow2_block_scale", &f::fp8_pow2_block_scale, nb::arg("block_amax"));
   m.def("fp8_f32_block_scale", &f::fp8_f32_block_scale, nb::arg("block_amax"));
@@ -203,8 +202,7 @@ void register_formats(nb::module_& root) {
       [](const Array& x, nb::handle kind) { return quantize_fp8(x, kind, 128); }, nb::arg("w"),
       nb::arg("scale_kind") = "f32",
       "w [rows, k] -> (e4m3 uint8 [rows, k], scales [ceil(rows/128), k/128])");
-  m.def("dequantize_fp8", &dequantize_fp8, nb::arg("q"), nb::arg("scales"),
-        nb::arg("block_rows"));
+  m.def("dequantize_fp8", &dequantize_fp8, nb::arg("q"), nb::arg("scales"), nb::arg("block_rows"));
 
   m.def("swizzled_128x4_size", &f::swizzled_128x4_size, nb::arg("rows"), nb::arg("cols"));
   m.def("swizzled_128x4_offset", &f::swizzled_128x4_offset, nb::arg("row"), nb::arg("col"),

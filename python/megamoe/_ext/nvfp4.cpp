@@ -9,11 +9,11 @@ namespace megamoe::python {
 namespace {
 
 TensorView view_field(nb::handle obj, const char* name, DType dtype) {
-  return to_view(nb::cast<Array>(field(obj, name)), name, dtype);
+  return to_view(as_array(field(obj, name), name), name, dtype);
 }
 
 TensorView out_field(nb::handle obj, const char* name, DType dtype) {
-  return to_view(nb::cast<MutableArray>(field(obj, name)), name, dtype);
+  return to_view(as_mutable_array(field(obj, name), name), name, dtype);
 }
 
 Nvfp4CheckpointWeights checkpoint_of(nb::handle w, nb::handle sf_layout) {
@@ -61,8 +61,8 @@ void run_nvfp4(const SymmBuffer& buffer, nb::handle weights, nb::handle out, nb:
   std::vector<Nvfp4MoEOutputs> o;
   for (std::size_t i = 0; i < n; ++i) {
     w.push_back(kernel_weights_of(ws[i], false));
-    o.push_back(Nvfp4MoEOutputs{ranks[i], to_view(nb::cast<MutableArray>(outs[i]), "out",
-                                                  DType::bf16)});
+    o.push_back(
+        Nvfp4MoEOutputs{ranks[i], to_view(as_mutable_array(outs[i], "out"), "out", DType::bf16)});
   }
   void* s = stream_arg(stream);
   nb::gil_scoped_release release;

@@ -19,8 +19,8 @@ void register_planner(nb::module_& m) {
       .def_ro("row_pitch", &BufferRegion::row_pitch)
       .def("__repr__", [](const BufferRegion& r) {
         return "BufferRegion('" + r.name + "', offset=" + std::to_string(r.offset) +
-               ", bytes=" + std::to_string(r.bytes) + ", alignment=" +
-               std::to_string(r.alignment) + ")";
+               ", bytes=" + std::to_string(r.bytes) + ", alignment=" + std::to_string(r.alignment) +
+               ")";
       });
   nb::class_<SymmBufferPlan>(m, "SymmBufferPlan", "The exact byte layout of one rank's buffer")
       .def_ro("config", &SymmBufferPlan::config)

@@ -25,11 +25,13 @@ void pre_dispatch(const SymmBuffer& buffer, nb::handle x, nb::handle topk_idx,
   std::vector<PreDispatchInputs> inputs(n);
   for (std::size_t i = 0; i < n; ++i) {
     inputs[i].rank = ranks[i];
-    inputs[i].x = to_view(nb::cast<Array>(xs[i]), "x", DType::bf16);
-    inputs[i].topk_idx = to_view_of(nb::cast<Array>(idx[i]), "topk_idx", {DType::i32, DType::i64});
-    inputs[i].topk_weights = to_view(nb::cast<Array>(w[i]), "topk_weights", DType::f32);
+    inputs[i].x = to_view(as_array(xs[i], "x"), "x", DType::bf16);
+    inputs[i].topk_idx =
+        to_view_of(as_array(idx[i], "topk_idx"), "topk_idx", {DType::i32, DType::i64});
+    inputs[i].topk_weights = to_view(as_array(w[i], "topk_weights"), "topk_weights", DType::f32);
     if (!scales[i].is_none()) {
-      inputs[i].expert_scales = to_view(nb::cast<Array>(scales[i]), "expert_scales", DType::f32);
+      inputs[i].expert_scales =
+          to_view(as_array(scales[i], "expert_scales"), "expert_scales", DType::f32);
     }
   }
   void* s = stream_arg(stream);

@@ -38,12 +38,11 @@ void assign(std::vector<T>& v, nb::handle value, const char* name,
     v.clear();
     return;
   }
-  Array a = nb::cast<Array>(value);
+  Array a = as_array(value, name);
   if (a.size() != product(shape)) {
     std::string want;
     for (std::size_t d : shape) want += (want.empty() ? "" : ", ") + std::to_string(d);
-    throw_invalid(name, "must have shape [" + want + "]",
-                  std::to_string(a.size()) + " elements");
+    throw_invalid(name, "must have shape [" + want + "]", std::to_string(a.size()) + " elements");
   }
   if constexpr (std::is_same_v<T, float>) {
     v = read_floats(a, name);
@@ -55,7 +54,9 @@ void assign(std::vector<T>& v, nb::handle value, const char* name,
   }
 }
 
-std::size_t sz(std::int64_t v) { return static_cast<std::size_t>(v); }
+std::size_t sz(std::int64_t v) {
+  return static_cast<std::size_t>(v);
+}
 
 std::vector<std::size_t> packed_shape(const ref::QuantizedMatrix& m) {
   const std::int64_t cols = m.format == Format::fp8 ? m.cols : m.cols / 2;
@@ -64,10 +65,14 @@ std::vector<std::size_t> packed_shape(const ref::QuantizedMatrix& m) {
 
 std::vector<std::size_t> scales_shape(const ref::QuantizedMatrix& m) {
   switch (m.format) {
-    case Format::nvfp4: return {sz(m.experts), sz(m.rows), sz(m.cols / 16)};
-    case Format::mxfp4: return {sz(m.experts), sz(m.rows), sz(m.cols / 32)};
-    case Format::fp8: return {sz(m.experts), sz((m.rows + 127) / 128), sz(m.cols / 128)};
-    default: return {0};
+    case Format::nvfp4:
+      return {sz(m.experts), sz(m.rows), sz(m.cols / 16)};
+    case Format::mxfp4:
+      return {sz(m.experts), sz(m.rows), sz(m.cols / 32)};
+    case Format::fp8:
+      return {sz(m.experts), sz((m.rows + 127) / 128), sz(m.cols / 128)};
+    default:
+      return {0};
   }
 }
 
@@ -119,7 +124,9 @@ std::int64_t tokens_of(const ref::MoEInputs& in, const MoEConfig& c) {
   return c.shape.hidden > 0 ? static_cast<std::int64_t>(in.x.size()) / c.shape.hidden : 0;
 }
 
-ref::Precision precision_arg(nb::handle h) { return enum_arg<ref::Precision>(h, "precision"); }
+ref::Precision precision_arg(nb::handle h) {
+  return enum_arg<ref::Precision>(h, "precision");
+}
 
 nb::dict outputs_dict(const ref::MoEOutputs& o, std::int64_t n, std::int64_t h) {
   nb::dict d;
@@ -198,8 +205,7 @@ nb::dict lora_backward(const MoEConfig& c, const Array& x, const Array& topk_idx
   return out;
 }
 
-ref::RoutingOptions routing_options(nb::handle skew, double zipf_exponent,
-                                    double masked_fraction) {
+ref::RoutingOptions routing_options(nb::handle skew, double zipf_exponent, double masked_fraction) {
   ref::RoutingOptions r;
   r.skew = enum_arg<ref::RoutingSkew>(skew, "skew");
   r.zipf_exponent = zipf_exponent;
@@ -241,12 +247,12 @@ void bind_quantized_matrix(nb::module_& m) {
           [](QM& q, nb::handle v) { assign(q.scales_f32, v, "scales_f32", scales_shape(q)); })
       .def_prop_rw(
           "global_scales", [](const QM& q) { return shaped(q.global_scales, {sz(q.experts)}); },
-          [](QM& q, nb::handle v) {
-            assign(q.global_scales, v, "global_scales", {sz(q.experts)});
-          })
+          [](QM& q, nb::handle v) { assign(q.global_scales, v, "global_scales", {sz(q.experts)}); })
       .def_prop_rw(
           "bf16",
-          [](const QM& q) { return shaped(q.bf16, {sz(q.experts), sz(q.rows), sz(q.cols)}); },
+          [](const QM& q) {
+            return shaped(q.bf16, {sz(q.experts), sz(q.rows), sz(q.cols)});
+          },
           [](QM& q, nb::handle v) {
             assign(q.bf16, v, "bf16", {sz(q.experts), sz(q.rows), sz(q.cols)});
           })
@@ -324,24 +330,21 @@ void register_reference(nb::module_& root) {
   m.def("side_lora_forward", &lora_forward, nb::arg("config"), nb::arg("x"), nb::arg("topk_idx"),
         nb::arg("topk_weights"), nb::arg("weights"), nb::arg("lora"), nb::kw_only(),
         nb::arg("rank_tokens") = nb::none(), nb::arg("precision") = "kernel");
-  m.def("side_lora_backward", &lora_backward, nb::arg("config"), nb::arg("x"),
-        nb::arg("topk_idx"), nb::arg("topk_weights"), nb::arg("weights"), nb::arg("lora"),
-        nb::arg("dout"), nb::kw_only(), nb::arg("rank_tokens") = nb::none(),
-        nb::arg("precision") = "kernel");
+  m.def("side_lora_backward", &lora_backward, nb::arg("config"), nb::arg("x"), nb::arg("topk_idx"),
+        nb::arg("topk_weights"), nb::arg("weights"), nb::arg("lora"), nb::arg("dout"),
+        nb::kw_only(), nb::arg("rank_tokens") = nb::none(), nb::arg("precision") = "kernel");
 
   m.def(
       "random_inputs",
       [](const MoEConfig& c, std::int64_t tokens_per_rank, std::uint64_t seed, nb::handle skew,
          double zipf_exponent, double masked_fraction) {
-        return inputs_dict(ref::random_inputs(c, tokens_per_rank,
-                                              routing_options(skew, zipf_exponent,
-                                                              masked_fraction),
-                                              seed),
-                           c);
+        return inputs_dict(
+            ref::random_inputs(c, tokens_per_rank,
+                               routing_options(skew, zipf_exponent, masked_fraction), seed),
+            c);
       },
       nb::arg("config"), nb::arg("tokens_per_rank"), nb::arg("seed"), nb::kw_only(),
-      nb::arg("skew") = "uniform", nb::arg("zipf_exponent") = 1.2,
-      nb::arg("masked_fraction") = 0.0,
+      nb::arg("skew") = "uniform", nb::arg("zipf_exponent") = 1.2, nb::arg("masked_fraction") = 0.0,
       "-> {'x', 'topk_idx', 'topk_weights', 'rank_tokens'} for num_ranks * tokens_per_rank tokens");
   m.def(
       "random_routing",
@@ -355,8 +358,8 @@ void register_reference(nb::module_& root) {
             to_numpy(std::move(in.topk_weights), dims({num_tokens, c.shape.top_k})));
       },
       nb::arg("config"), nb::arg("num_tokens"), nb::arg("seed"), nb::kw_only(),
-      nb::arg("skew") = "uniform", nb::arg("zipf_exponent") = 1.2,
-      nb::arg("masked_fraction") = 0.0, "-> (topk_idx int64 [N, K], topk_weights float32 [N, K])");
+      nb::arg("skew") = "uniform", nb::arg("zipf_exponent") = 1.2, nb::arg("masked_fraction") = 0.0,
+      "-> (topk_idx int64 [N, K], topk_weights float32 [N, K])");
   m.def(
       "random_bf16",
       [](std::int64_t rows, std::int64_t cols, float stddev, std::uint64_t seed) {

@@ -9,11 +9,11 @@ namespace megamoe::python {
 namespace {
 
 TensorView in(nb::handle obj, const char* name, DType dtype) {
-  return to_view(nb::cast<Array>(field(obj, name)), name, dtype);
+  return to_view(as_array(field(obj, name), name), name, dtype);
 }
 
 TensorView out(nb::handle obj, const char* name, DType dtype) {
-  return to_view(nb::cast<MutableArray>(field(obj, name)), name, dtype);
+  return to_view(as_mutable_array(field(obj, name), name), name, dtype);
 }
 
 TensorView optional_out(nb::handle obj, const char* name, DType dtype) {
@@ -60,7 +60,9 @@ SideLoraGrads grads_of(nb::handle g) {
   return r;
 }
 
-std::size_t count_of(nb::handle first) { return is_sequence(first) ? nb::len(first) : 1; }
+std::size_t count_of(nb::handle first) {
+  return is_sequence(first) ? nb::len(first) : 1;
+}
 
 void forward(const SymmBuffer& buffer, nb::handle base, nb::handle adapters, nb::handle out_arg,
              nb::handle saved, nb::handle rank, nb::handle stream) {
@@ -75,7 +77,7 @@ void forward(const SymmBuffer& buffer, nb::handle base, nb::handle adapters, nb:
     args[i].rank = ranks[i];
     args[i].base = base_of(bases[i]);
     args[i].adapters = adapters_of(ads[i]);
-    args[i].out = to_view(nb::cast<MutableArray>(outs[i]), "out", DType::bf16);
+    args[i].out = to_view(as_mutable_array(outs[i], "out"), "out", DType::bf16);
     args[i].saved = saved_of(sv[i]);
   }
   void* s = stream_arg(stream);
@@ -100,14 +102,15 @@ void backward(const SymmBuffer& buffer, nb::handle x, nb::handle topk_idx, nb::h
   std::vector<SideLoraBackwardArgs> args(n);
   for (std::size_t i = 0; i < n; ++i) {
     args[i].rank = ranks[i];
-    args[i].x = to_view(nb::cast<Array>(xs[i]), "x", DType::bf16);
-    args[i].topk_idx = to_view_of(nb::cast<Array>(idx[i]), "topk_idx", {DType::i32, DType::i64});
-    args[i].topk_weights = to_view(nb::cast<Array>(w[i]), "topk_weights", DType::f32);
-    args[i].d_out = to_view(nb::cast<Array>(dout[i]), "d_out", DType::bf16);
+    args[i].x = to_view(as_array(xs[i], "x"), "x", DType::bf16);
+    args[i].topk_idx =
+        to_view_of(as_array(idx[i], "topk_idx"), "topk_idx", {DType::i32, DType::i64});
+    args[i].topk_weights = to_view(as_array(w[i], "topk_weights"), "topk_weights", DType::f32);
+    args[i].d_out = to_view(as_array(dout[i], "d_out"), "d_out", DType::bf16);
     args[i].base = base_of(bases[i]);
     args[i].adapters = adapters_of(ads[i]);
     args[i].saved = saved_of(sv[i]);
-    args[i].scratch = to_view(nb::cast<MutableArray>(sc[i]), "scratch", DType::u8);
+    args[i].scratch = to_view(as_mutable_array(sc[i], "scratch"), "scratch", DType::u8);
     args[i].grads = grads_of(gs[i]);
   }
   void* s = stream_arg(stream);
@@ -127,8 +130,8 @@ void register_side_lora(nb::module_& m) {
         "out bf16 [T, H], saved {x_a, z, pool} (written)");
   m.def("side_lora_mega_moe_backward", &backward, nb::arg("buffer"), nb::arg("x"),
         nb::arg("topk_idx"), nb::arg("topk_weights"), nb::arg("d_out"), nb::arg("base"),
-        nb::arg("adapters"), nb::arg("saved"), nb::arg("scratch"), nb::arg("grads"),
-        nb::kw_only(), nb::arg("rank") = nb::none(), nb::arg("stream") = nb::none(),
+        nb::arg("adapters"), nb::arg("saved"), nb::arg("scratch"), nb::arg("grads"), nb::kw_only(),
+        nb::arg("rank") = nb::none(), nb::arg("stream") = nb::none(),
         "grads {dx, d_topk_weights, da1, da3?, db1, db3, da2, db2} (written)");
 }
 

@@ -12,16 +12,28 @@ namespace {
 namespace dl = nb::dlpack;
 
 std::string dlpack_dtype_name(dl::dtype t) {
-  const char* code = "code" ;
+  const char* code = "code";
   switch (static_cast<dl::dtype_code>(t.code)) {
-    case dl::dtype_code::Int: code = "int"; break;
-    case dl::dtype_code::UInt: code = "uint"; break;
-    case dl::dtype_code::Float: code = "float"; break;
-    case dl::dtype_code::Bfloat: code = "bfloat"; break;
-    case dl::dtype_code::Bool: code = "bool"; break;
-    case dl::dtype_code::Complex: code = "complex"; break;
-    default: return "dlpack dtype code " + std::to_string(t.code) + " bits " +
-                    std::to_string(t.bits);
+    case dl::dtype_code::Int:
+      code = "int";
+      break;
+    case dl::dtype_code::UInt:
+      code = "uint";
+      break;
+    case dl::dtype_code::Float:
+      code = "float";
+      break;
+    case dl::dtype_code::Bfloat:
+      code = "bfloat";
+      break;
+    case dl::dtype_code::Bool:
+      code = "bool";
+      break;
+    case dl::dtype_code::Complex:
+      code = "complex";
+      break;
+    default:
+      return "dlpack dtype code " + std::to_string(t.code) + " bits " + std::to_string(t.bits);
   }
   std::string s = code + std::to_string(t.bits);
   if (t.lanes != 1) s += "x" + std::to_string(t.lanes);
@@ -81,9 +93,10 @@ TensorView view_as(const A& a, std::string_view name, DType expected) {
   const dl::dtype t = a.dtype();
   if (is_byte_format(expected)) {
     if (!is_one_byte(t)) {
-      throw_invalid(name, "must hold one-byte elements (uint8 or float8) for " +
-                              std::string(dtype_name(expected)),
-                    dlpack_dtype_name(t));
+      throw_invalid(
+          name,
+          "must hold one-byte elements (uint8 or float8) for " + std::string(dtype_name(expected)),
+          dlpack_dtype_name(t));
     }
     return make_view(a, name, expected);
   }
@@ -151,6 +164,24 @@ void require_host(const Array& a, std::string_view name) {
 }
 
 }  // namespace
+
+Array as_array(nb::handle value, std::string_view name) {
+  Array a;
+  if (!nb::try_cast(value, a)) {
+    throw_invalid(name, "must be an array (DLPack or buffer protocol)",
+                  Py_TYPE(value.ptr())->tp_name);
+  }
+  return a;
+}
+
+MutableArray as_mutable_array(nb::handle value, std::string_view name) {
+  MutableArray a;
+  if (!nb::try_cast(value, a)) {
+    throw_invalid(name, "must be a writable array (DLPack or buffer protocol)",
+                  Py_TYPE(value.ptr())->tp_name);
+  }
+  return a;
+}
 
 DType dtype_of(const Array& a, std::string_view name) {
   const dl::dtype t = a.dtype();
@@ -256,10 +287,18 @@ std::vector<std::int64_t> read_ints(const Array& a, std::string_view name) {
   for_each_element(a, [&](const std::uint8_t* p) {
     std::int64_t v = 0;
     switch (t.bits) {
-      case 8: v = is_signed ? load<std::int8_t>(p) : load<std::uint8_t>(p); break;
-      case 16: v = is_signed ? load<std::int16_t>(p) : load<std::uint16_t>(p); break;
-      case 32: v = is_signed ? load<std::int32_t>(p) : load<std::uint32_t>(p); break;
-      default: v = load<std::int64_t>(p); break;
+      case 8:
+        v = is_signed ? load<std::int8_t>(p) : load<std::uint8_t>(p);
+        break;
+      case 16:
+        v = is_signed ? load<std::int16_t>(p) : load<std::uint16_t>(p);
+        break;
+      case 32:
+        v = is_signed ? load<std::int32_t>(p) : load<std::uint32_t>(p);
+        break;
+      default:
+        v = load<std::int64_t>(p);
+        break;
     }
     out.push_back(v);
   });
@@ -333,7 +372,7 @@ std::vector<int> ranks_arg(nb::handle rank, std::size_t n, const std::vector<int
 
 TensorView optional_view(nb::handle obj, const char* name, DType dtype) {
   if (!has_field(obj, name)) return TensorView{};
-  return to_view(nb::cast<Array>(field(obj, name)), name, dtype);
+  return to_view(as_array(field(obj, name), name), name, dtype);
 }
 
 void* stream_arg(nb::handle stream) {
