@@ -18,7 +18,14 @@ int nvfp4_token_subtile(const MoEConfig& config, int block_m);
 // Dynamic shared memory of the kernel (bytes), mirroring its Smem struct.
 std::size_t nvfp4_smem_bytes(const MoEConfig& config, int block_m);
 
-jit::KernelRequest nvfp4_mega_moe_request(const MoEConfig& config, int block_m);
+// Kernel versions (docs/nvfp4_kernel.md, "Versions"): `simple` streams each work item's weights
+// on its own; `pipelined` keeps one weight stream per warp across items and phases.
+enum class Nvfp4KernelVersion { simple, pipelined };
+// MEGAMOE_NVFP4_KERNEL=simple|pipelined overrides the default; anything else is InvalidArgument.
+Nvfp4KernelVersion nvfp4_kernel_version();
+
+jit::KernelRequest nvfp4_mega_moe_request(const MoEConfig& config, int block_m,
+                                          Nvfp4KernelVersion version = nvfp4_kernel_version());
 
 // Every request a configuration can need (one per reachable BLOCK_M); empty for other families.
 std::vector<jit::KernelRequest> nvfp4_mega_moe_kernels(const MoEConfig& config);

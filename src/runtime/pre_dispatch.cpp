@@ -55,36 +55,22 @@ struct FunctionKey {
   }
 };
 
-struct LoadedKernel {
-  CUfunction function = nullptr;
-  unsigned max_ctas = 1;  // resident CTAs on the whole GPU: the persistent grid's size
-};
-
 // The loaded function for a request, compiled once per process (the JIT's own caches make the
 // compile cheap, but hashing the source on every launch would not be).
-LoadedKernel kernel_for(const jit::KernelRequest& request, int threads) {
+CUfunction function_for(const jit::KernelRequest& request) {
   static std::mutex mutex;
-  static std::map<FunctionKey, LoadedKernel> kernels;
-  const cuda::Driver& d = cuda::driver();
+  static std::map<FunctionKey, CUfunction> functions;
   CUcontext ctx = nullptr;
-  MEGAMOE_CU(d.cuCtxGetCurrent(&ctx));
+  MEGAMOE_CU(cuda::driver().cuCtxGetCurrent(&ctx));
   const FunctionKey key{request.entry, ctx};
   {
     std::lock_guard lock(mutex);
-    if (auto it = kernels.find(key); it != kernels.end()) return it->second;
+    if (auto it = functions.find(key); it != functions.end()) return it->second;
   }
-  const auto compiled = jit::compile(request);
-  LoadedKernel k;
-  k.function = load(*compiled);
-  CUdevice device = 0;
-  MEGAMOE_CU(d.cuDeviceGet(&device, 0));  // cuda::driver() runs on device 0
-  int sms = 0, per_sm = 0;
-  MEGAMOE_CU(d.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device));
-  MEGAMOE_CU(d.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k.function, threads, 0));
-  k.max_ctas = static_cast<unsigned>(std::max(1, sms * std::max(1, per_sm)));
+  const CUfunction f = load(*jit::compile(request));
   std::lock_guard lock(mutex);
-  kernels.emplace(key, k);
-  return k;
+  functions.emplace(key, f);
+  return f;
 }
 
 // Programmatic dependent launch on real streams. The legacy default stream (null or
@@ -203,7 +189,7 @@ void launch_pre_dispatch(const SymmBuffer& buffer, std::span<const PreDispatchIn
   for (const PreDispatchInputs& in : inputs) {
     const PreDispatchVariant variant{in.topk_idx.dtype == DType::i64, in.expert_scales.defined(),
                                      hw_e4m3};
-    const LoadedKernel kernel = kernel_for(pre_dispatch_request(c, variant), threads);
+    const CUfunction function = function_for(pre_dispatch_request(c, variant));
 
     void* base = buffer.memory->base(in.rank);
     const BufferRegion& rx = plan.region("x");
@@ -239,17 +225,18 @@ void launch_pre_dispatch(const SymmBuffer& buffer, std::span<const PreDispatchIn
     p.error_count = at<std::uint32_t>(base, plan.region("error_count").offset);
     p.num_tokens = static_cast<std::int32_t>(t);
 
-    // Persistent grid: enough CTAs for the rows and the padding routes, at most one wave.
+    // One CTA per row (or more when the padding routes need them).
     const std::int64_t pad_entries = (t_max - t) * k;
     const std::int64_t pad_ctas =
         (pad_entries + threads * kPadEntriesPerThread - 1) / (threads * kPadEntriesPerThread);
-    const std::int64_t ctas = std::clamp<std::int64_t>(std::max(t, pad_ctas), 1, kernel.max_ctas);
+    const std::int64_t ctas = std::max<std::int64_t>({t, pad_ctas, 1});
     LaunchConfig cfg;
     cfg.grid = {static_cast<unsigned>(ctas), 1, 1};
     cfg.block = {static_cast<unsigned>(threads), 1, 1};
-    cfg.stream = static_cast<CUstream>(stream);
+    // The null handle names the legacy default stream; pass it by its explicit handle.
+    cfg.stream = stream != nullptr ? static_cast<CUstream>(stream) : CU_STREAM_LEGACY;
     cfg.pdl = use_pdl(cfg.stream);
-    launch_kernel(kernel.function, cfg, p);
+    launch_kernel(function, cfg, p);
   }
 }
 

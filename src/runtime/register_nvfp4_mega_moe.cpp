@@ -1,5 +1,6 @@
 // Kernel requests of the SM90 NVFP4 MegaMoE family (see nvfp4_mega_moe_kernels.hpp).
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "megamoe/error.hpp"
@@ -10,6 +11,7 @@ namespace megamoe::runtime {
 namespace {
 
 constexpr std::size_t kMaxDynamicSmem = 227 * 1024;  // sm_90 opt-in limit per block
+constexpr Nvfp4KernelVersion kDefaultVersion = Nvfp4KernelVersion::simple;
 
 std::size_t smem_for(const MoEConfig& c, int block_m, int ns) {
   const auto kmax = static_cast<std::size_t>(std::max(c.shape.hidden, c.shape.intermediate));
@@ -49,7 +51,17 @@ std::size_t nvfp4_smem_bytes(const MoEConfig& c, int block_m) {
   return smem_for(c, block_m, nvfp4_token_subtile(c, block_m));
 }
 
-jit::KernelRequest nvfp4_mega_moe_request(const MoEConfig& c, int block_m) {
+Nvfp4KernelVersion nvfp4_kernel_version() {
+  const char* v = std::getenv("MEGAMOE_NVFP4_KERNEL");
+  if (v == nullptr || *v == '\0') return kDefaultVersion;
+  const std::string s(v);
+  if (s == "simple") return Nvfp4KernelVersion::simple;
+  if (s == "pipelined") return Nvfp4KernelVersion::pipelined;
+  throw_invalid("MEGAMOE_NVFP4_KERNEL", "must be 'simple' or 'pipelined'", s);
+}
+
+jit::KernelRequest nvfp4_mega_moe_request(const MoEConfig& c, int block_m,
+                                          Nvfp4KernelVersion version) {
   const int ns = nvfp4_token_subtile(c, block_m);
   const std::string args =
       std::to_string(c.shape.hidden) + ", " + std::to_string(c.shape.intermediate) + ", " +
@@ -58,9 +70,13 @@ jit::KernelRequest nvfp4_mega_moe_request(const MoEConfig& c, int block_m) {
       std::to_string(c.max_tokens_per_rank) + ", " + std::to_string(ns) + ", " +
       std::to_string(activation_code(c.activation));
   jit::KernelRequest r;
-  r.name = "sm90_nvfp4_mega_moe";
-  r.source = "#include \"megamoe/impls/sm90_nvfp4_mega_moe.cuh\"\n";
-  r.entry = "megamoe::device::nvfp4_mega_moe_kernel<" + args + ">";
+  const bool pipelined = version == Nvfp4KernelVersion::pipelined;
+  r.name = pipelined ? "sm90_nvfp4_mega_moe_pipelined" : "sm90_nvfp4_mega_moe";
+  r.source = pipelined ? "#include \"megamoe/impls/sm90_nvfp4_mega_moe_pipelined.cuh\"\n"
+                       : "#include \"megamoe/impls/sm90_nvfp4_mega_moe.cuh\"\n";
+  r.entry = std::string("megamoe::device::") +
+            (pipelined ? "nvfp4_mega_moe_pipelined_kernel<" : "nvfp4_mega_moe_kernel<") + args +
+            ">";
   r.arch = "sm_90a";
   r.arguments = "H, I, E_local, K, R, BLOCK_M, T_max, NS, act = " + args;
   return r;

@@ -2,11 +2,10 @@
 // Activation pre-dispatch (docs/pre_dispatch.md): bf16 tokens + routing -> the input region of
 // the symmetric buffer, quantized to FP8 (1x128), MXFP4 or NVFP4 (per-token global scale).
 //
-// A persistent grid of CTAs, each quantizing one token row at a time; each thread owns one group
-// of contiguous elements (32 for FP4, 16 for FP8), read with 16-byte loads and written with one
-// 16-byte store. The whole row stays in registers, so the NVFP4 per-token amax needs one CTA
-// reduction and no second read, and the next row's group is loaded while the current one is
-// encoded. After the rows, the CTAs mark the padding rows [T, T_max) of the routing metadata.
+// One CTA per token row; each thread owns one group of contiguous elements (32 for FP4, 16 for
+// FP8), read with 16-byte loads and written with one 16-byte store. The whole row stays in
+// registers, so the NVFP4 per-token amax needs one CTA reduction and no second read. After its
+// row, every CTA marks its share of the padding rows [T, T_max) of the routing metadata.
 //
 // Bitwise equal to the CPU quantizers of src/core/formats/ (see formats/exact_codecs.cuh).
 #include "megamoe/common.cuh"
@@ -117,9 +116,8 @@ MEGAMOE_DEVICE void load_group(const PreDispatchParams& p, int row, int tid, boo
   }
 }
 
-// Quantizes one row held in registers (packed bf16 pairs) and stores it. `amax_slots` is this
-// row's shared scratch for the NVFP4 row reduction (callers alternate two, so one barrier per row
-// suffices).
+// Quantizes one row held in registers (packed bf16 pairs) and stores it. `amax_slots` is the
+// shared scratch of the NVFP4 row reduction, one float per warp.
 template <int kHidden, int kFormat, bool kUe8m0Scales, bool kHwE4m3>
 MEGAMOE_DEVICE void quantize_row(const PreDispatchParams& p, int row, int tid, bool active,
                                  const u32* packed, float* amax_slots) {
@@ -221,8 +219,9 @@ MEGAMOE_DEVICE void quantize_row(const PreDispatchParams& p, int row, int tid, b
   if (active) ptx::store_global_16(out_row + 16 * tid, out);
 }
 
-// Persistent: CTA b handles rows b, b + gridDim.x, ... and prefetches the next row's group into
-// registers while it quantizes the current one, then clears its share of the padding routes.
+// CTA b quantizes row b when b < T (the launcher gives at least one CTA per row: measured faster
+// on the H200 than a persistent grid that prefetches the next row), then clears its share of the
+// padding routes.
 template <int kHidden, int kTopK, int kFormat, bool kUe8m0Scales, bool kHwE4m3, int kMaxTokens,
           int kNumExperts, bool kIdx64, bool kExpertScales>
 __global__ void __launch_bounds__(kPreDispatchThreads<kHidden, kFormat>)
@@ -241,26 +240,21 @@ __global__ void __launch_bounds__(kPreDispatchThreads<kHidden, kFormat>)
   const int lane = tid & 31;
   const int stride = static_cast<int>(gridDim.x);
   const bool active = tid < kGroups;
-  __shared__ float amax_slots[2][kWarps];
+  __shared__ float amax_slots[kWarps];
 
   // Inputs may come from the previous kernel, and the buffer may still be read by it.
   ptx::griddep_wait();
 
   if (blockIdx.x == 0 && tid == 0) *p.out_num_tokens = p.num_tokens;
 
-  int row = static_cast<int>(blockIdx.x);
-  u32 next[kGroup / 2];
-  if (row < p.num_tokens) load_group<kGroup>(p, row, tid, active, next);
-  for (int parity = 0; row < p.num_tokens; row += stride, parity ^= 1) {
+  const int row = static_cast<int>(blockIdx.x);
+  if (row < p.num_tokens) {
     u32 packed[kGroup / 2];
-#pragma unroll
-    for (int i = 0; i < kGroup / 2; ++i) packed[i] = next[i];
-    if (row + stride < p.num_tokens) load_group<kGroup>(p, row + stride, tid, active, next);
+    load_group<kGroup>(p, row, tid, active, packed);
     if (tid < 32) {
       pre_dispatch_detail::publish_routes<kTopK, kNumExperts, kIdx64, kExpertScales>(p, row, lane);
     }
-    quantize_row<kHidden, kFormat, kUe8m0Scales, kHwE4m3>(p, row, tid, active, packed,
-                                                          amax_slots[parity]);
+    quantize_row<kHidden, kFormat, kUe8m0Scales, kHwE4m3>(p, row, tid, active, packed, amax_slots);
   }
 
   // Padding rows [T, T_max) of the routing metadata.

@@ -1,0 +1,467 @@
+#pragma once
+// Pipelined variant of the SM90 NVFP4 MegaMoE kernel (docs/nvfp4_kernel.md, "Versions"): the same
+// phases and numerics as sm90_nvfp4_mega_moe.cuh, but each warp streams its weights through one
+// register ring that runs across work items, across token sub-tiles and from the last FC1 item
+// into the first FC2 item (so the FC2 weights are in flight while the rank-local barrier waits),
+// and the token tile in shared memory is decoded once per (tile, sub-tile) and reused by every
+// column item of that tile the CTA owns. Work units are ordered (tile, sub-tile, column).
+#include "megamoe/impls/sm90_nvfp4_mega_moe.cuh"
+
+namespace megamoe::device {
+namespace nvfp4_pipe {
+
+inline constexpr int kRing = 4;  // blocks of 128 k in flight per warp
+
+struct Unit {
+  int tileg, sub, col, phase;  // phase 0 = FC1, 1 = FC2, 2 = past the end
+};
+
+// The CTA's work units of both phases, in order.
+template <int EL, int BM, int NS, int CT1, int CT2>
+struct Schedule {
+  const int* tile_prefix;
+  const int* count;
+  int lo[2], hi[2];  // item ranges [lo, hi) of the CTA, items = (tile, column)
+
+  MEGAMOE_DEVICE static constexpr int cols(int ph) { return ph == 0 ? CT1 : CT2; }
+  MEGAMOE_DEVICE int live(int tileg) const {
+    const int e = nvfp4_moe::expert_of_tile<EL>(tile_prefix, tileg);
+    return min(BM, count[e] - (tileg - tile_prefix[e]) * BM);
+  }
+  MEGAMOE_DEVICE Unit first(int ph) const {
+    for (; ph < 2; ++ph) {
+      if (lo[ph] < hi[ph]) return {lo[ph] / cols(ph), 0, lo[ph] % cols(ph), ph};
+    }
+    return {0, 0, 0, 2};
+  }
+  MEGAMOE_DEVICE int col_begin(int ph, int tileg) const {
+    return tileg == lo[ph] / cols(ph) ? lo[ph] % cols(ph) : 0;
+  }
+  MEGAMOE_DEVICE int col_end(int ph, int tileg) const {
+    return tileg == (hi[ph] - 1) / cols(ph) ? (hi[ph] - 1) % cols(ph) + 1 : cols(ph);
+  }
+  MEGAMOE_DEVICE Unit next(const Unit& u) const {
+    if (u.phase >= 2) return u;
+    const int ph = u.phase;
+    if (u.col + 1 < col_end(ph, u.tileg)) return {u.tileg, u.sub, u.col + 1, ph};
+    if ((u.sub + 1) * NS < live(u.tileg)) return {u.tileg, u.sub + 1, col_begin(ph, u.tileg), ph};
+    if (u.tileg + 1 <= (hi[ph] - 1) / cols(ph)) {
+      return {u.tileg + 1, 0, col_begin(ph, u.tileg + 1), ph};
+    }
+    return first(ph + 1);
+  }
+};
+
+// One warp's view of one unit's weights: blocks kh, kh + 2, ... of its row group.
+struct Stream {
+  const u8* q;
+  const u8* sf;
+  int nbw;  // blocks of this warp
+  int w;    // ring slots the unit occupies: nbw rounded up to kRing, at least kRing
+};
+
+struct Ring {
+  ptx::u32x4v q0[kRing], q1[kRing], sc[kRing];
+};
+
+MEGAMOE_DEVICE void load_slot(ptx::u32x4v& q0, ptx::u32x4v& q1, ptx::u32x4v& sc,
+                              const Stream& s, int j, int kh, int lane) {
+  const int blk = kh + 2 * j;
+  const u8* q = s.q + blk * 1024 + lane * 16;
+  q0 = ptx::load_stream_16(q);
+  q1 = ptx::load_stream_16(q + 512);
+  sc = ptx::load_stream_16(s.sf + blk * 128 + (lane >> 2) * 16);
+}
+
+MEGAMOE_DEVICE void prime(Ring& ring, const Stream& s, int kh, int lane) {
+#pragma unroll
+  for (int p = 0; p < kRing; ++p) {
+    if (p < s.nbw) load_slot(ring.q0[p], ring.q1[p], ring.sc[p], s, p, kh, lane);
+  }
+}
+
+// acc[nt] += the unit's weights x the token tile; refills every freed ring slot with the next
+// block of `cur`, or past its end with the first blocks of `nxt`.
+template <int KMAX, int NT>
+MEGAMOE_DEVICE void consume(Ring& ring, const Stream& cur, const Stream& nxt, const u16* b,
+                            int live_tiles, float (&acc)[NT][4]) {
+  const int lane = threadIdx.x & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int kh = (threadIdx.x >> 5) >> 2;
+  const u16* brow = b + g * (KMAX + 8) + 2 * t;
+  for (int j0 = 0; j0 < cur.w; j0 += kRing) {
+#pragma unroll
+    for (int p = 0; p < kRing; ++p) {
+      const int j = j0 + p;
+      const u32 words[8] = {ring.q0[p].x, ring.q0[p].y, ring.q0[p].z, ring.q0[p].w,
+                            ring.q1[p].x, ring.q1[p].y, ring.q1[p].z, ring.q1[p].w};
+      const u32 scw[4] = {ring.sc[p].x, ring.sc[p].y, ring.sc[p].z, ring.sc[p].w};
+      const int jn = j + kRing;
+      if (jn < cur.w) {
+        if (jn < cur.nbw) load_slot(ring.q0[p], ring.q1[p], ring.sc[p], cur, jn, kh, lane);
+      } else if (jn - cur.w < nxt.nbw) {
+        load_slot(ring.q0[p], ring.q1[p], ring.sc[p], nxt, jn - cur.w, kh, lane);
+      }
+      if (j < cur.nbw) {
+        const u16* bk = brow + (kh + 2 * j) * 128;
+#pragma unroll
+        for (int q = 0; q < 8; ++q) {
+          const u32 sw = scw[q >> 1];
+          const u32 sg = nvfp4::broadcast_scale(sw, (q & 1) * 2);
+          const u32 sg8 = nvfp4::broadcast_scale(sw, (q & 1) * 2 + 1);
+          const nvfp4::HalfFragment f = nvfp4::decode_weight_word(words[q], sg, sg8);
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            if (nt < live_tiles) {
+              const u16* bp = bk + nt * 8 * (KMAX + 8) + q * 16;
+              const u32 b0 = *reinterpret_cast<const u32*>(bp);
+              const u32 b1 = *reinterpret_cast<const u32*>(bp + 8);
+              ptx::mma_m16n8k16_f16(acc[nt], f.a0, f.a1, f.a2, f.a3, b0, b1);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace nvfp4_pipe
+
+template <int H, int I, int EL, int K, int R, int BM, int TMAX, int NS, int ACT>
+__global__ void __launch_bounds__(kNvfp4Threads, 1)
+    nvfp4_mega_moe_pipelined_kernel(const __grid_constant__ Nvfp4MoeArgs a) {
+  static_assert(H % 128 == 0 && I % 128 == 0, "H and I must be multiples of 128");
+  static_assert(NS % 8 == 0 && BM % NS == 0, "token sub-tile must divide BLOCK_M");
+  static_assert(R >= 1 && R <= kNvfp4MaxRanks, "1..8 ranks");
+  static_assert(NS * 64 * 2 <= 4 * 32 * (NS / 8) * 4 * 4, "FC2 staging must fit in s.red");
+  using namespace nvfp4_pipe;
+  constexpr int KMAX = H > I ? H : I;
+  constexpr int NT = NS / 8;
+  constexpr int CT = I / 32;  // FC1 column tiles (32 gate + 32 up rows each)
+  constexpr int HT = H / 64;  // FC2 row tiles
+  using S = nvfp4_moe::Smem<EL, BM, NS, KMAX>;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  S& s = *reinterpret_cast<S*>(smem_raw);
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int rg = warp & 3, kh = warp >> 2;
+  const int cta_in_rank = static_cast<int>(blockIdx.x) % a.ctas_per_rank;
+  const int rank = a.first_rank + static_cast<int>(blockIdx.x) / a.ctas_per_rank;
+  const int nctas = a.ctas_per_rank;
+  u8* const mine = a.base[rank];
+  u8* const sync = mine + a.off_sync;
+  u32* const grid_counter = reinterpret_cast<u32*>(sync + a.sync_grid);
+  u32* const status = reinterpret_cast<u32*>(sync + a.sync_status);
+  const int first_expert = rank * EL;
+
+  // ---- phase 0: route counts and the padded pool layout (every CTA, redundantly) ----------
+  if (tid < R) {
+    const int n = *reinterpret_cast<const volatile int*>(a.base[tid] + a.off_num_tokens);
+    s.src_tokens[tid] = n < 0 ? 0 : (n > TMAX ? TMAX : n);
+  }
+  for (int e = tid; e < EL; e += kNvfp4Threads) s.count[e] = 0;
+  __syncthreads();
+#pragma unroll
+  for (int sr = 0; sr < R; ++sr) {
+    const int* idx = reinterpret_cast<const int*>(a.base[sr] + a.off_topk_idx);
+    for (int i = tid; i < s.src_tokens[sr] * K; i += kNvfp4Threads) {
+      const int id = __ldg(idx + i) - first_expert;
+      if (id >= 0 && id < EL) atomicAdd(&s.count[id], 1);
+    }
+  }
+  __syncthreads();
+  if (warp == 0) {
+    constexpr int kPer = (EL + 31) / 32;
+    int local = 0;
+    for (int i = 0; i < kPer; ++i) {
+      const int e = lane * kPer + i;
+      if (e < EL) local += (s.count[e] + BM - 1) / BM;
+    }
+    int incl = local;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const int v = __shfl_up_sync(0xFFFFFFFFu, incl, d);
+      if (lane >= d) incl += v;
+    }
+    int run = incl - local;
+    for (int i = 0; i < kPer; ++i) {
+      const int e = lane * kPer + i;
+      if (e < EL) {
+        s.tile_prefix[e] = run;
+        run += (s.count[e] + BM - 1) / BM;
+      }
+    }
+    if (lane == 31) s.tile_prefix[EL] = incl;
+  }
+  __syncthreads();
+  int total_tiles = s.tile_prefix[EL];
+  if (total_tiles * BM > a.pool_rows) total_tiles = a.pool_rows / BM;
+
+  Schedule<EL, BM, NS, CT, HT> sched;
+  sched.tile_prefix = s.tile_prefix;
+  sched.count = s.count;
+  {
+    const long long items[2] = {static_cast<long long>(total_tiles) * CT,
+                                static_cast<long long>(total_tiles) * HT};
+#pragma unroll
+    for (int ph = 0; ph < 2; ++ph) {
+      sched.lo[ph] = static_cast<int>(items[ph] * cta_in_rank / nctas);
+      sched.hi[ph] = static_cast<int>(items[ph] * (cta_in_rank + 1) / nctas);
+    }
+  }
+  // The warp's weight stream of a unit.
+  auto stream_of = [&](const Unit& u) {
+    Stream st{nullptr, nullptr, 0, kRing};
+    if (u.phase >= 2) return st;
+    const int e = nvfp4_moe::expert_of_tile<EL>(s.tile_prefix, u.tileg);
+    const int nb = u.phase == 0 ? H / 128 : I / 128;
+    const u64 mat = u.phase == 0 ? static_cast<u64>(e) * (2ull * I * H / 2)
+                                 : static_cast<u64>(e) * (static_cast<u64>(H) * I / 2);
+    const u64 blk0 = static_cast<u64>(u.col * 4 + rg) * nb;
+    st.q = (u.phase == 0 ? a.w13[rank] : a.w2[rank]) + mat + blk0 * 1024;
+    st.sf = (u.phase == 0 ? a.w13_sf[rank] : a.w2_sf[rank]) + mat / 8 + blk0 * 128;
+    st.nbw = (nb - kh + 1) / 2;
+    st.w = st.nbw <= kRing ? kRing : (st.nbw + kRing - 1) / kRing * kRing;
+    return st;
+  };
+
+  const u64 topk_pitch = static_cast<u64>(K) * 4;
+  float acc[NT][4];
+  Ring ring;
+  Unit cur = sched.first(0);
+  Stream cs = stream_of(cur);
+  prime(ring, cs, kh, lane);
+
+  // ---- phase 1: FC1 + activation + re-quantization ----------------------------------------
+  int b_tile = -1, b_sub = -1;
+  while (cur.phase == 0) {
+    const Unit nx = sched.next(cur);
+    const Stream ns = stream_of(nx);
+    const int e = nvfp4_moe::expert_of_tile<EL>(s.tile_prefix, cur.tileg);
+    const int tile = cur.tileg - s.tile_prefix[e];
+    const int live = min(BM, s.count[e] - tile * BM);
+    const int pool_row0 = (s.tile_prefix[e] + tile) * BM;
+    if (cur.tileg != b_tile) {
+      b_tile = cur.tileg;
+      b_sub = -1;
+      __syncthreads();  // the previous tile's routes are no longer read
+      if (warp == 0) {
+        // Routes of expert e in (src_rank, token, k) order; keep ranks [tile*BM, +BM).
+        const int want = first_expert + e;
+        const int r0 = tile * BM, r1 = r0 + BM;
+        int pos = 0;
+        for (int sr = 0; sr < R && pos < r1; ++sr) {
+          const int* idx = reinterpret_cast<const int*>(a.base[sr] + a.off_topk_idx);
+          const int n = s.src_tokens[sr] * K;
+          for (int base = 0; base < n && pos < r1; base += 256) {
+            int ids[8];
+#pragma unroll
+            for (int u = 0; u < 8; ++u) {
+              const int i = base + u * 32 + lane;
+              ids[u] = i < n ? __ldg(idx + i) : -1;
+            }
+#pragma unroll
+            for (int u = 0; u < 8; ++u) {
+              const int i = base + u * 32 + lane;
+              const bool m = ids[u] == want;
+              const u32 bal = __ballot_sync(0xFFFFFFFFu, m);
+              if (m) {
+                const int p = pos + __popc(bal & ((1u << lane) - 1u));
+                if (p >= r0 && p < r1) {
+                  s.route_src[p - r0] = sr;
+                  s.route_tok[p - r0] = i / K;
+                  s.route_k[p - r0] = i - (i / K) * K;
+                }
+              }
+              pos += __popc(bal);
+            }
+          }
+        }
+      }
+      __syncthreads();
+      if (tid < live) {
+        const int sr = s.route_src[tid], tok = s.route_tok[tid], k = s.route_k[tid];
+        const u8* sb = a.base[sr];
+        s.route_w[tid] =
+            __ldg(reinterpret_cast<const float*>(sb + a.off_topk_w + tok * topk_pitch) + k);
+        s.route_alpha[tid] =
+            __fmul_rn(__ldg(reinterpret_cast<const float*>(sb + a.off_x_global) + tok),
+                      __ldg(a.alpha1[rank] + e));
+      }
+    }
+    const int sub_live = min(NS, live - cur.sub * NS);
+    if (cur.sub != b_sub) {
+      b_sub = cur.sub;
+      __syncthreads();  // s.b is no longer read
+      const int sub = cur.sub;
+      nvfp4_moe::load_token_tile<H, KMAX, false>(
+          s.b, sub_live,
+          [&](int i) {
+            const int r = sub * NS + i;
+            return a.base[s.route_src[r]] + a.off_x + s.route_tok[r] * a.pitch_x;
+          },
+          [&](int i) {
+            const int r = sub * NS + i;
+            return a.base[s.route_src[r]] + a.off_x_sf + s.route_tok[r] * a.pitch_x_sf;
+          });
+      __syncthreads();
+    }
+    if (cur.col == 0 && cur.sub == 0 && tid < live) {
+      int* rl = reinterpret_cast<int*>(mine + a.off_route) + (pool_row0 + tid) * 3;
+      rl[0] = s.route_src[tid];
+      rl[1] = s.route_tok[tid];
+      rl[2] = s.route_k[tid];
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[nt][c] = 0.0f;
+    consume<KMAX, NT>(ring, cs, ns, s.b, (sub_live + 7) / 8, acc);
+    nvfp4_moe::reduce_tile<NT>(s, acc);
+    const float g2 = __ldg(a.fc2_scale[rank] + e);
+#pragma unroll
+    for (int it = 0; it < NT; ++it) {
+      const int i = it * 8 + warp;
+      const int r = cur.sub * NS + i;
+      float v = 0.0f;
+      if (i < sub_live) {
+        const float alpha = s.route_alpha[r];
+        const float gate = __fmul_rn(s.tile[lane * NS + i] * nvfp4::kWeightUnscale, alpha);
+        const float up = __fmul_rn(s.tile[(32 + lane) * NS + i] * nvfp4::kWeightUnscale, alpha);
+        v = s.route_w[r] * nvfp4_moe::activate<ACT>(gate, up, a);
+      }
+      float amax = exact::finite_abs(v);
+#pragma unroll
+      for (int d = 8; d >= 1; d >>= 1) {
+        amax = exact::amax2(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, d));
+      }
+      const u32 code = exact::nvfp4_block_code(amax, g2);
+      const float denom = __fmul_rn(exact::ue4m3_value(code), g2);
+      const u32 q = exact::e2m1_code(__fdiv_rn(v, denom));
+      const u32 q_next = __shfl_down_sync(0xFFFFFFFFu, q, 1);
+      if (i < sub_live) {
+        const u64 prow = static_cast<u64>(pool_row0 + r);
+        u8* pool = mine + a.off_fc2_pool + prow * a.pitch_fc2_pool;
+        if ((lane & 1) == 0) pool[(cur.col * 32 + lane) / 2] = static_cast<u8>(q | (q_next << 4));
+        if ((lane & 15) == 0) {
+          (mine + a.off_fc2_sf + prow * a.pitch_fc2_sf)[cur.col * 2 + lane / 16] =
+              static_cast<u8>(code);
+        }
+      }
+    }
+    cur = nx;
+    cs = ns;
+  }
+
+  // The ring already holds the first FC2 blocks: they stream while the barrier waits.
+  rank_grid_barrier(grid_counter, cta_in_rank, nctas, a.timeout_ns, status, rank,
+                    kPhaseAfterFc1);
+
+  // ---- phase 2: FC2 into the source ranks' combine slots -----------------------------------
+  b_tile = -1;
+  b_sub = -1;
+  while (cur.phase == 1) {
+    const Unit nx = sched.next(cur);
+    const Stream ns = stream_of(nx);
+    const int e = nvfp4_moe::expert_of_tile<EL>(s.tile_prefix, cur.tileg);
+    const int tile = cur.tileg - s.tile_prefix[e];
+    const int live = min(BM, s.count[e] - tile * BM);
+    const int pool_row0 = (s.tile_prefix[e] + tile) * BM;
+    if (cur.tileg != b_tile) {
+      b_tile = cur.tileg;
+      b_sub = -1;
+      __syncthreads();
+      if (tid < live) {
+        const volatile int* rl =
+            reinterpret_cast<const volatile int*>(mine + a.off_route) + (pool_row0 + tid) * 3;
+        s.route_src[tid] = rl[0];
+        s.route_tok[tid] = rl[1];
+        s.route_k[tid] = rl[2];
+      }
+    }
+    const int sub_live = min(NS, live - cur.sub * NS);
+    if (cur.sub != b_sub) {
+      b_sub = cur.sub;
+      __syncthreads();
+      const int row0 = pool_row0 + cur.sub * NS;
+      nvfp4_moe::load_token_tile<I, KMAX, true>(
+          s.b, sub_live,
+          [&](int i) {
+            return mine + a.off_fc2_pool + static_cast<u64>(row0 + i) * a.pitch_fc2_pool;
+          },
+          [&](int i) {
+            return mine + a.off_fc2_sf + static_cast<u64>(row0 + i) * a.pitch_fc2_sf;
+          });
+      __syncthreads();
+    }
+    const float factor = __fmul_rn(__ldg(a.fc2_scale[rank] + e), __ldg(a.alpha2[rank] + e));
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[nt][c] = 0.0f;
+    consume<KMAX, NT>(ring, cs, ns, s.b, (sub_live + 7) / 8, acc);
+    nvfp4_moe::reduce_tile<NT>(s, acc);
+    // y -> bf16, staged as [token][64] in s.red (free after reduce_tile), then peer stores.
+    u16* ys = reinterpret_cast<u16*>(s.red);
+    for (int u = tid; u < 64 * sub_live; u += kNvfp4Threads) {
+      const int i = u / 64, row = u - i * 64;
+      const float y = __fmul_rn(s.tile[row * NS + i] * nvfp4::kWeightUnscale, factor);
+      ys[i * 64 + row] = ptx::f32_to_bf16_rn(y);
+    }
+    __syncthreads();
+    for (int u = tid; u < 8 * sub_live; u += kNvfp4Threads) {
+      const int i = u >> 3, chunk = u & 7;
+      const int r = cur.sub * NS + i;
+      u8* slot = a.base[s.route_src[r]] + a.off_combine +
+                 ((static_cast<u64>(s.route_k[r]) * TMAX + s.route_tok[r]) * H + cur.col * 64 +
+                  chunk * 8) *
+                     2;
+      ptx::store_16(slot, *reinterpret_cast<const ptx::u32x4v*>(ys + i * 64 + chunk * 8));
+    }
+    __syncthreads();  // ys (s.red) is read above; the next unit's reduce_tile rewrites it
+    cur = nx;
+    cs = ns;
+  }
+
+  cross_rank_barrier(
+      [&](int p) { return reinterpret_cast<u32*>(a.base[p] + a.off_sync + a.sync_rank_barrier); },
+      R, rank, grid_counter, cta_in_rank, nctas, a.timeout_ns, status);
+
+  // ---- phase 3: combine the rank's own tokens ----------------------------------------------
+  {
+    const int rows = min(s.src_tokens[rank], a.out_rows[rank]);
+    constexpr int kChunks = H / 8;
+    const int* idx = reinterpret_cast<const int*>(mine + a.off_topk_idx);
+    const u8* slots = mine + a.off_combine;
+    u16* out = a.out[rank];
+    for (int u = cta_in_rank * kNvfp4Threads + tid; u < rows * kChunks;
+         u += nctas * kNvfp4Threads) {
+      const int t = u / kChunks, c = u - t * kChunks;
+      float sum[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        const int id = __ldg(idx + t * K + k);
+        if (id >= 0 && id < EL * R) {
+          const ptx::u32x4v v =
+              ptx::load_16(slots + ((static_cast<u64>(k) * TMAX + t) * H + c * 8) * 2);
+          const u32 w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            sum[2 * j] += ptx::bf16_to_f32(w[j] & 0xFFFFu);
+            sum[2 * j + 1] += ptx::bf16_to_f32(w[j] >> 16);
+          }
+        }
+      }
+      u32 ow[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        ow[j] = static_cast<u32>(ptx::f32_to_bf16_rn(sum[2 * j])) |
+                (static_cast<u32>(ptx::f32_to_bf16_rn(sum[2 * j + 1])) << 16);
+      }
+      ptx::store_16(out + static_cast<u64>(t) * a.out_pitch[rank] + c * 8,
+                    ptx::u32x4v{ow[0], ow[1], ow[2], ow[3]});
+    }
+  }
+}
+
+}  // namespace megamoe::device
