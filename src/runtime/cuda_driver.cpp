@@ -1,7 +1,10 @@
 // Opens libcuda at run time and resolves the entry points of cuda_driver_functions.inc.
 #include "runtime/cuda_driver.hpp"
 
+#include <cudaTypedefs.h>
 #include <dlfcn.h>
+
+#include <type_traits>
 
 #include <mutex>
 
@@ -46,17 +49,21 @@ Loaded load() {
   }
   Driver& d = l.driver;
   std::string missing;
-  auto resolve = [&](const char* name, void** slot) {
+  auto resolve = [&](const char* name, int version, void** slot) {
     CUdriverProcAddressQueryResult status{};
-    const CUresult r = get_proc(name, slot, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status);
+    const CUresult r = get_proc(name, slot, version, CU_GET_PROC_ADDRESS_DEFAULT, &status);
     if (r != CUDA_SUCCESS || *slot == nullptr) {
       *slot = nullptr;
       missing += missing.empty() ? name : std::string(", ") + name;
     }
   };
   // `#name` is the unversioned name the driver expects ("cuMemAlloc"); `d.name` expands to the
-  // member for the versioned symbol the headers map it to (cuMemAlloc_v2).
-#define MEGAMOE_DRIVER_FN(name) resolve(#name, reinterpret_cast<void**>(&d.name));
+  // member for the versioned symbol the headers map it to (cuMemAlloc_v2). The static_assert
+  // proves the requested ABI version has exactly the prototype the member was declared with.
+#define MEGAMOE_DRIVER_FN(name, version)                                                       \
+  static_assert(std::is_same_v<decltype(&::name), PFN_##name##_v##version>,                    \
+                #name ": the ABI version in cuda_driver_functions.inc does not match cuda.h"); \
+  resolve(#name, version, reinterpret_cast<void**>(&d.name));
 #include "runtime/cuda_driver_functions.inc"
 #undef MEGAMOE_DRIVER_FN
 

@@ -8,9 +8,9 @@
 namespace megamoe::cuda {
 
 // Function pointers for the driver entry points megamoe uses, resolved through
-// cuGetProcAddress for the CUDA version the headers describe (so `_v2` symbols are right).
+// cuGetProcAddress at the ABI version of each prototype (cuda_driver_functions.inc).
 struct Driver {
-#define MEGAMOE_DRIVER_FN(name) decltype(&::name) name = nullptr;
+#define MEGAMOE_DRIVER_FN(name, version) decltype(&::name) name = nullptr;
 #include "runtime/cuda_driver_functions.inc"
 #undef MEGAMOE_DRIVER_FN
   int driver_version = 0;  // cuDriverGetVersion, e.g. 13000
