@@ -97,8 +97,10 @@ Helpers load_helpers() {
   return h;
 }
 
-void fill(const Helpers& h, CUdeviceptr p, std::size_t bytes, unsigned seed, bool scales) {
+void fill(const Helpers& h, CUdeviceptr p, std::size_t bytes, unsigned seed, bool scales,
+          CUstream stream) {
   runtime::LaunchConfig cfg;
+  cfg.stream = stream;
   cfg.grid = {1024, 1, 1};
   cfg.block = {256, 1, 1};
   const unsigned long long words = bytes / 4;
@@ -177,10 +179,10 @@ int main(int argc, char** argv) {
       const std::int64_t el = c.experts_per_rank(), H = c.shape.hidden;
       const Nvfp4KernelWeightBytes wb = nvfp4_kernel_weight_bytes(c);
       DeviceBuffer w13(wb.w13), w13_sf(wb.w13_sf), w2(wb.w2), w2_sf(wb.w2_sf);
-      fill(helpers, w13.get(), w13.size(), 1, false);
-      fill(helpers, w13_sf.get(), w13_sf.size(), 2, true);
-      fill(helpers, w2.get(), w2.size(), 3, false);
-      fill(helpers, w2_sf.get(), w2_sf.size(), 4, true);
+      fill(helpers, w13.get(), w13.size(), 1, false, stream.get());
+      fill(helpers, w13_sf.get(), w13_sf.size(), 2, true, stream.get());
+      fill(helpers, w2.get(), w2.size(), 3, false, stream.get());
+      fill(helpers, w2_sf.get(), w2_sf.size(), 4, true, stream.get());
       std::vector<float> a1(static_cast<std::size_t>(el), 1.0f / 512), a2(a1), s2(a1.size(), 0.05f);
       DeviceBuffer da1(a1.size() * 4), da2(a2.size() * 4), ds2(s2.size() * 4);
       da1.copy_from_host(std::as_bytes(std::span<const float>(a1)));

@@ -195,6 +195,7 @@ struct Harness {
   std::vector<PreDispatchInputs> pd;
   std::vector<Nvfp4MoEOutputs> outputs;
   std::vector<double> ref;  // [R*T, H]
+  runtime::Stream stream;   // a created stream (not the legacy default stream)
 
   Harness(const Case& cs, std::uint64_t sd) : c(cs), cfg(config_of(cs)), seed(sd) {
     buffer = get_symm_buffer_for_mega_moe(cfg, "local");
@@ -241,7 +242,7 @@ struct Harness {
 
   void dispatch() {
     if (use_predispatch()) {
-      mega_moe_pre_dispatch(buffer, pd, nullptr);
+      mega_moe_pre_dispatch(buffer, pd, stream.get());
       cuda::check(cuda::driver().cuCtxSynchronize(), "after mega_moe_pre_dispatch");
       return;
     }
@@ -261,8 +262,8 @@ struct Harness {
   Result poisoned_run() {
     for (auto& o : outs) o.fill_bytes(0xFF);  // bf16 NaN everywhere
     dispatch();
-    nvfp4_mega_moe(buffer, weight_views, outputs, nullptr);
-    cuda::check(cuda::driver().cuCtxSynchronize(), "after nvfp4_mega_moe");
+    nvfp4_mega_moe(buffer, weight_views, outputs, stream.get());
+    cuda::check(cuda::driver().cuStreamSynchronize(stream.get()), "after nvfp4_mega_moe");
     return fetch();
   }
 
@@ -425,7 +426,7 @@ TEST_F(Nvfp4MegaMoe, GraphReplayMatchesEagerBitwise) {
   Harness hs(c, seed);
   const Result eager = hs.poisoned_run();
   const cuda::Driver& d = cuda::driver();
-  runtime::Stream stream;
+  runtime::Stream& stream = hs.stream;
   CUgraph graph = nullptr;
   CUgraphExec exec = nullptr;
   MEGAMOE_CU(d.cuStreamBeginCapture(stream.get(), CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
