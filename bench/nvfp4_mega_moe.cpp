@@ -7,8 +7,8 @@
 // L2: each graph replays kSets layer calls with different routings (so consecutive calls hit
 // different experts), each preceded by a device-to-device copy of its pre-dispatched input region
 // (built on the host by the pre-dispatch recipe, tests/support/nvfp4_host_dispatch.hpp); a second
-// graph of the copies alone is subtracted. Weights are random valid NVFP4 codes written straight in the kernel layout
-// (the transform is a load-time step and is timed by nobody).
+// graph of the copies alone is subtracted. Weights are random valid NVFP4 codes written straight in
+// the kernel layout (the transform is a load-time step and is timed by nobody).
 //
 //   bench_nvfp4_mega_moe [out_prefix]      writes out_prefix.md and out_prefix.csv
 #include <cuda.h>
@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "../tests/support/nvfp4_host_dispatch.hpp"
 #include "jit/compiler.hpp"
 #include "megamoe/buffer.hpp"
 #include "megamoe/heuristics.hpp"
@@ -31,7 +32,6 @@
 #include "runtime/cuda_driver.hpp"
 #include "runtime/device_memory.hpp"
 #include "runtime/module.hpp"
-#include "../tests/support/nvfp4_host_dispatch.hpp"
 
 namespace {
 
@@ -190,8 +190,8 @@ int main(int argc, char** argv) {
       ds2.copy_from_host(std::as_bytes(std::span<const float>(s2)));
       MEGAMOE_CU(d.cuCtxSynchronize());
       if (bw_tbs == 0) bw_tbs = read_bandwidth_tbs(helpers, w13, stream.get(), props.sm_count);
-      const double expert_bytes = static_cast<double>(wb.w13 + wb.w13_sf + wb.w2 + wb.w2_sf) /
-                                  static_cast<double>(el);
+      const double expert_bytes =
+          static_cast<double>(wb.w13 + wb.w13_sf + wb.w2 + wb.w2_sf) / static_cast<double>(el);
 
       Nvfp4KernelWeights kw;
       auto blob = [](const DeviceBuffer& b) {
@@ -215,10 +215,9 @@ int main(int argc, char** argv) {
           double hit = 0;
           for (int s = 0; s < kSets; ++s) {
             reference::MoEInputs in;
-            reference::random_routing(c, T, rc.options,
-                                      1000 + static_cast<std::uint64_t>(s) * 7919 +
-                                          static_cast<std::uint64_t>(T),
-                                      in);
+            reference::random_routing(
+                c, T, rc.options,
+                1000 + static_cast<std::uint64_t>(s) * 7919 + static_cast<std::uint64_t>(T), in);
             std::set<std::int64_t> distinct;
             for (std::int64_t id : in.topk_idx) {
               if (id >= 0) distinct.insert(id);
@@ -239,8 +238,8 @@ int main(int argc, char** argv) {
               static_cast<std::uint8_t*>(buffer.memory->base(0)) + image_offset);
           auto layer = [&](int s, bool moe) {
             const auto us_ = static_cast<std::size_t>(s);
-            MEGAMOE_CU(d.cuMemcpyDtoDAsync(region, images[us_].get(), images[us_].size(),
-                                           stream.get()));
+            MEGAMOE_CU(
+                d.cuMemcpyDtoDAsync(region, images[us_].get(), images[us_].size(), stream.get()));
             if (moe) {
               nvfp4_mega_moe(buffer, std::span<const Nvfp4KernelWeights>(&kw, 1),
                              std::span<const Nvfp4MoEOutputs>(&outputs[us_], 1), stream.get());
@@ -260,8 +259,10 @@ int main(int argc, char** argv) {
             return e;
           };
           CUgraphExec full = capture(true), pre = capture(false);
-          const double full_ms = median_ms(stream.get(), kReplays, [&] { MEGAMOE_CU(d.cuGraphLaunch(full, stream.get())); });
-          const double pre_ms = median_ms(stream.get(), kReplays, [&] { MEGAMOE_CU(d.cuGraphLaunch(pre, stream.get())); });
+          const double full_ms = median_ms(
+              stream.get(), kReplays, [&] { MEGAMOE_CU(d.cuGraphLaunch(full, stream.get())); });
+          const double pre_ms = median_ms(stream.get(), kReplays,
+                                          [&] { MEGAMOE_CU(d.cuGraphLaunch(pre, stream.get())); });
           d.cuGraphExecDestroy(full);
           d.cuGraphExecDestroy(pre);
           Row r;
@@ -283,16 +284,18 @@ int main(int argc, char** argv) {
 
     std::string md = "# NVFP4 MegaMoE (SM90), EP1, " + props.name + ", driver " +
                      std::to_string(props.driver_version) + ", SMs " +
-                     std::to_string(get_num_sms()) + "\n\nHBM read bandwidth (this run): " +
-                     std::to_string(bw_tbs) + " TB/s\n\n" +
-                     "| preset | routing | T | BLOCK_M | experts hit | time (us) | floor (us) | TB/s | time/floor |\n"
+                     std::to_string(get_num_sms()) +
+                     "\n\nHBM read bandwidth (this run): " + std::to_string(bw_tbs) + " TB/s\n\n" +
+                     "| preset | routing | T | BLOCK_M | experts hit | time (us) | floor (us) | "
+                     "TB/s | time/floor |\n"
                      "|---|---|---|---|---|---|---|---|---|\n";
     std::string csv = "preset,routing,tokens,block_m,experts_hit,time_us,floor_us,tbs,ratio\n";
     char line[512];
     for (const Row& r : rows) {
-      std::snprintf(line, sizeof line, "| %s | %s | %lld | %d | %.1f | %.1f | %.1f | %.2f | %.2f |\n",
-                    r.preset.c_str(), r.routing.c_str(), static_cast<long long>(r.tokens), r.block_m,
-                    r.experts_hit, r.us, r.floor_us, r.tbs, r.us / r.floor_us);
+      std::snprintf(line, sizeof line,
+                    "| %s | %s | %lld | %d | %.1f | %.1f | %.1f | %.2f | %.2f |\n",
+                    r.preset.c_str(), r.routing.c_str(), static_cast<long long>(r.tokens),
+                    r.block_m, r.experts_hit, r.us, r.floor_us, r.tbs, r.us / r.floor_us);
       md += line;
       std::snprintf(line, sizeof line, "%s,%s,%lld,%d,%.2f,%.2f,%.2f,%.3f,%.3f\n", r.preset.c_str(),
                     r.routing.c_str(), static_cast<long long>(r.tokens), r.block_m, r.experts_hit,

@@ -4,6 +4,7 @@
 #include <cudaTypedefs.h>
 #include <dlfcn.h>
 
+#include <cstdlib>
 #include <type_traits>
 
 #include <mutex>
@@ -15,7 +16,7 @@ namespace {
 
 struct Loaded {
   Driver driver;
-  CUcontext primary = nullptr;  // device 0's primary context, retained for the process
+  CUcontext primary = nullptr;  // the default device's primary context, retained for the process
   bool ok = false;
   std::string why;
 };
@@ -85,11 +86,25 @@ Loaded load() {
     l.why = r != CUDA_SUCCESS ? "cuDeviceGetCount: " + result_text(d, r) : "no CUDA device";
     return l;
   }
+  // MEGAMOE_DEVICE (set per rank by runtime/process_group.cpp) names the GPU whose primary
+  // context threads get by default, so a rank's process never creates a context on device 0.
+  int ordinal = 0;
+  if (const char* v = std::getenv("MEGAMOE_DEVICE"); v != nullptr && *v != '\0') {
+    char* end = nullptr;
+    const long parsed = std::strtol(v, &end, 10);
+    if (*end != '\0' || parsed < 0 || parsed >= count) {
+      l.why = "MEGAMOE_DEVICE=" + std::string(v) + " is not a device ordinal in [0, " +
+              std::to_string(count) + ")";
+      return l;
+    }
+    ordinal = static_cast<int>(parsed);
+  }
   CUdevice device = 0;
-  r = d.cuDeviceGet(&device, 0);
+  r = d.cuDeviceGet(&device, ordinal);
   if (r == CUDA_SUCCESS) r = d.cuDevicePrimaryCtxRetain(&l.primary, device);
   if (r != CUDA_SUCCESS) {
-    l.why = "retaining the primary context of device 0: " + result_text(d, r);
+    l.why = "retaining the primary context of device " + std::to_string(ordinal) + ": " +
+            result_text(d, r);
     return l;
   }
   l.ok = true;
@@ -113,7 +128,7 @@ const Driver& driver() {
   const Loaded& l = loaded();
   if (!l.ok) throw CudaError("no CUDA GPU: " + l.why);
   // A thread that already has a context (the caller's framework chose a device) keeps it;
-  // a thread without one gets device 0's primary context, once.
+  // a thread without one gets the default device's primary context, once.
   thread_local bool context_checked = false;
   if (!context_checked) {
     CUcontext current = nullptr;

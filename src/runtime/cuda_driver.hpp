@@ -20,7 +20,9 @@ struct Driver {
 // reason otherwise ("libcuda.so.1 not found", "cuInit: CUDA_ERROR_NO_DEVICE ...").
 bool driver_available(std::string* why = nullptr);
 
-// The loaded driver with the primary context of device 0 current on the calling thread.
+// The loaded driver with the primary context of the default device current on the calling thread
+// (a thread that already has a context keeps it). The default device is $MEGAMOE_DEVICE when
+// set (one process per GPU: run_process_group sets it to the rank), else device 0.
 // Throws CudaError("no CUDA GPU: <why>") when unavailable.
 const Driver& driver();
 

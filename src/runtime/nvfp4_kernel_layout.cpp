@@ -27,8 +27,7 @@ std::int64_t source_row(Matrix m, std::int64_t intermediate, std::int64_t tile, 
 std::int64_t word_offset(std::int64_t k, std::int64_t tile, int rg, std::int64_t block, int lane,
                          int step) {
   const std::int64_t blocks = k / 128;
-  return ((tile * 4 + rg) * blocks + block) * 1024 + (step / 4) * 512 + lane * 16 +
-         (step % 4) * 4;
+  return ((tile * 4 + rg) * blocks + block) * 1024 + (step / 4) * 512 + lane * 16 + (step % 4) * 4;
 }
 
 std::int64_t sf_offset(std::int64_t k, std::int64_t tile, int rg, std::int64_t block, int g,

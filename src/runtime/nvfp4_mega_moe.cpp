@@ -5,7 +5,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <string>
+#include <utility>
 
 #include "core/validate.hpp"
 #include "jit/compiler.hpp"
@@ -60,11 +63,42 @@ std::uint64_t timeout_ns() {
   return ms * 1000000ull;
 }
 
-std::uint64_t field_offset(const SymmBufferPlan& plan, std::string_view name) {
+// Offset of a field of the "sync" region that must hold at least `min_bytes`.
+std::uint64_t field_offset(const SymmBufferPlan& plan, std::string_view name,
+                           std::size_t min_bytes) {
   for (const BufferRegion& f : plan.sync_fields) {
-    if (f.name == name) return f.offset;
+    if (f.name != name) continue;
+    if (f.bytes < min_bytes) {
+      throw Unsupported("nvfp4_mega_moe: sync field '" + std::string(name) + "' holds " +
+                        std::to_string(f.bytes) + " bytes, the kernel needs " +
+                        std::to_string(min_bytes));
+    }
+    return f.offset;
   }
-  throw Unsupported("nvfp4_mega_moe: the buffer plan has no sync field '" + std::string(name) + "'");
+  throw Unsupported("nvfp4_mega_moe: the buffer plan has no sync field '" + std::string(name) +
+                    "'");
+}
+
+// The loaded kernel for (config, BLOCK_M, version) in the current context. Remembered per entry
+// name so that a decode step does not re-hash the kernel sources (jit::compile's key) each call.
+CUfunction kernel_for(const MoEConfig& c, int block_m) {
+  const jit::KernelRequest request = runtime::nvfp4_mega_moe_request(c, block_m);
+  CUcontext context = nullptr;
+  MEGAMOE_CU(cuda::driver().cuCtxGetCurrent(&context));
+  static std::mutex mutex;
+  static std::map<std::pair<CUcontext, std::string>, CUfunction> loaded;
+  const std::lock_guard lock(mutex);
+  const auto id = std::make_pair(context, request.entry);
+  if (const auto it = loaded.find(id); it != loaded.end()) return it->second;
+  const auto kernel = jit::compile(request);
+  if (kernel->local_bytes != 0 || kernel->spill_bytes != 0) {
+    throw Unsupported("nvfp4_mega_moe: kernel build uses local memory (" +
+                      std::to_string(kernel->local_bytes) + " B) or spills (" +
+                      std::to_string(kernel->spill_bytes) + " B)");
+  }
+  const CUfunction function = runtime::load(*kernel);
+  loaded.emplace(id, function);
+  return function;
 }
 
 }  // namespace
@@ -89,13 +123,7 @@ void nvfp4_mega_moe(const SymmBuffer& buffer, std::span<const Nvfp4KernelWeights
   std::int64_t tokens = 1;
   for (const Nvfp4MoEOutputs& o : outputs) tokens = std::max(tokens, o.out.size(0));
   const int block_m = get_block_m_for_mega_moe(c, tokens);
-  const auto kernel = jit::compile(runtime::nvfp4_mega_moe_request(c, block_m));
-  if (kernel->local_bytes != 0 || kernel->spill_bytes != 0) {
-    throw Unsupported("nvfp4_mega_moe: kernel build uses local memory (" +
-                      std::to_string(kernel->local_bytes) + " B) or spills (" +
-                      std::to_string(kernel->spill_bytes) + " B)");
-  }
-  const CUfunction function = runtime::load(*kernel);
+  const CUfunction function = kernel_for(c, block_m);
 
   const SymmBufferPlan& plan = buffer.plan;
   KernelArgs a{};
@@ -133,9 +161,9 @@ void nvfp4_mega_moe(const SymmBuffer& buffer, std::span<const Nvfp4KernelWeights
       plan.region("topk_idx").row_pitch != static_cast<std::size_t>(4 * c.shape.top_k)) {
     throw Unsupported("nvfp4_mega_moe: combine / topk_idx rows must be dense in the plan");
   }
-  a.sync_grid = field_offset(plan, "grid_barrier");
-  a.sync_rank_barrier = field_offset(plan, "rank_barrier");
-  a.sync_status = field_offset(plan, "status");
+  a.sync_grid = field_offset(plan, "grid_barrier", 4);
+  a.sync_rank_barrier = field_offset(plan, "rank_barrier", 64);  // two counters, 32 B apart
+  a.sync_status = field_offset(plan, "status", 12);
   a.timeout_ns = timeout_ns();
   a.pool_rows = static_cast<int>(plan.pool_rows);
   a.first_rank = driven.front();

@@ -2,8 +2,11 @@
 // transform"). Host-staged for now: the tensors are copied to the host, reordered by the CPU
 // layout functions and copied back, synchronously (a load-time operation; `stream` is honoured
 // only as the ordering point: it is synchronized first).
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -17,23 +20,30 @@
 namespace megamoe {
 namespace {
 
-CUdeviceptr dptr(const void* p) { return reinterpret_cast<CUdeviceptr>(p); }
+CUdeviceptr dptr(const void* p) {
+  return reinterpret_cast<CUdeviceptr>(p);
+}
 
 std::vector<std::uint8_t> download(const TensorView& t) {
   std::vector<std::uint8_t> host(t.nbytes());
-  if (!host.empty()) MEGAMOE_CU(cuda::driver().cuMemcpyDtoH(host.data(), dptr(t.data), host.size()));
+  if (!host.empty())
+    MEGAMOE_CU(cuda::driver().cuMemcpyDtoH(host.data(), dptr(t.data), host.size()));
   return host;
 }
 
 void upload(const TensorView& t, const std::vector<std::uint8_t>& host) {
-  if (!host.empty()) MEGAMOE_CU(cuda::driver().cuMemcpyHtoD(dptr(t.data), host.data(), host.size()));
+  if (!host.empty())
+    MEGAMOE_CU(cuda::driver().cuMemcpyHtoD(dptr(t.data), host.data(), host.size()));
 }
 
 void copy_device(const TensorView& dst, const TensorView& src) {
-  MEGAMOE_CU(cuda::driver().cuMemcpyDtoDAsync(dptr(dst.data), dptr(src.data), src.nbytes(), nullptr));
+  MEGAMOE_CU(
+      cuda::driver().cuMemcpyDtoDAsync(dptr(dst.data), dptr(src.data), src.nbytes(), nullptr));
 }
 
-Device current_device() { return Device{DeviceKind::cuda, 0}; }
+Device current_device() {
+  return Device{DeviceKind::cuda, 0};
+}
 
 // Row-major [rows, cols] scales of expert e from either checkpoint layout.
 std::vector<std::uint8_t> row_major_scales(const std::vector<std::uint8_t>& all, ScaleLayout layout,
@@ -59,16 +69,26 @@ void transform_matrix(runtime::nvfp4_layout::Matrix m, const MoEConfig& c, const
   const std::vector<std::uint8_t> sf = download(sf_in);
   std::vector<std::uint8_t> oq(static_cast<std::size_t>(e_local * rows * k / 2));
   std::vector<std::uint8_t> osf(static_cast<std::size_t>(e_local * rows * k / 16));
-  for (std::int64_t e = 0; e < e_local; ++e) {
-    const std::vector<std::uint8_t> sf_e = row_major_scales(sf, layout, e, rows, k / 16);
-    const auto qn = static_cast<std::size_t>(rows * k / 2);
-    const auto sn = static_cast<std::size_t>(rows * k / 16);
-    runtime::nvfp4_layout::encode_expert(
-        m, c.shape.intermediate, rows, k,
-        std::span<const std::uint8_t>(q.data() + static_cast<std::size_t>(e) * qn, qn), sf_e,
-        std::span<std::uint8_t>(oq.data() + static_cast<std::size_t>(e) * qn, qn),
-        std::span<std::uint8_t>(osf.data() + static_cast<std::size_t>(e) * sn, sn));
-  }
+  // Experts are independent (disjoint outputs): one worker thread per hardware thread.
+  std::atomic<std::int64_t> next{0};
+  auto work = [&] {
+    for (std::int64_t e = next++; e < e_local; e = next++) {
+      const std::vector<std::uint8_t> sf_e = row_major_scales(sf, layout, e, rows, k / 16);
+      const auto qn = static_cast<std::size_t>(rows * k / 2);
+      const auto sn = static_cast<std::size_t>(rows * k / 16);
+      runtime::nvfp4_layout::encode_expert(
+          m, c.shape.intermediate, rows, k,
+          std::span<const std::uint8_t>(q.data() + static_cast<std::size_t>(e) * qn, qn), sf_e,
+          std::span<std::uint8_t>(oq.data() + static_cast<std::size_t>(e) * qn, qn),
+          std::span<std::uint8_t>(osf.data() + static_cast<std::size_t>(e) * sn, sn));
+    }
+  };
+  const auto workers = static_cast<std::int64_t>(
+      std::min<std::int64_t>(e_local, std::max(1u, std::thread::hardware_concurrency())));
+  std::vector<std::thread> pool;
+  for (std::int64_t w = 1; w < workers; ++w) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
   upload(q_out, oq);
   upload(sf_out, osf);
 }
@@ -122,11 +142,12 @@ void transform_ue4m3_sf_into_required_layout(const TensorView& in, ScaleLayout f
   if (out.ndim < 2) throw_invalid("out", "must be [rows, cols] or [experts, rows, cols]");
   const std::int64_t rows = out.size(-2), cols = out.size(-1);
   const std::int64_t mats = out.numel() / (rows * cols);
-  const std::int64_t per = from == ScaleLayout::row_major ? rows * cols
-                                                          : formats::swizzled_128x4_size(rows, cols);
+  const std::int64_t per =
+      from == ScaleLayout::row_major ? rows * cols : formats::swizzled_128x4_size(rows, cols);
   if (in.nbytes() != static_cast<std::size_t>(mats * per)) {
-    throw_invalid("in", "must hold " + std::to_string(mats * per) + " bytes for out's shape " +
-                            out.shape_string() + " in the given layout",
+    throw_invalid("in",
+                  "must hold " + std::to_string(mats * per) + " bytes for out's shape " +
+                      out.shape_string() + " in the given layout",
                   std::to_string(in.nbytes()));
   }
   MEGAMOE_CU(cuda::driver().cuStreamSynchronize(static_cast<CUstream>(stream)));

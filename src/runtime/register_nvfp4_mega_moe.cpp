@@ -18,7 +18,7 @@ std::size_t smem_for(const MoEConfig& c, int block_m, int ns) {
   const auto el = static_cast<std::size_t>(c.experts_per_rank());
   const auto n = static_cast<std::size_t>(ns);
   const auto bm = static_cast<std::size_t>(block_m);
-  const std::size_t bytes = n * (kmax + 8) * 2      // token tile, f16
+  const std::size_t bytes = n * (kmax + 8) * 2          // token tile, f16
                             + 4 * 32 * (n / 8) * 4 * 4  // split-K partials
                             + 64 * n * 4                // result tile
                             + el * 4 + (el + 1) * 4     // counts, tile prefix
@@ -29,9 +29,12 @@ std::size_t smem_for(const MoEConfig& c, int block_m, int ns) {
 
 int activation_code(const ActivationSpec& a) {
   switch (a.kind) {
-    case ActivationKind::swiglu: return 0;
-    case ActivationKind::geglu: return 1;
-    case ActivationKind::swiglu_oai: return 2;
+    case ActivationKind::swiglu:
+      return 0;
+    case ActivationKind::geglu:
+      return 1;
+    case ActivationKind::swiglu_oai:
+      return 2;
   }
   return 0;
 }

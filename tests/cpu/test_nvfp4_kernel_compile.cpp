@@ -25,8 +25,8 @@ MoEConfig config(std::int64_t h, std::int64_t inter, std::int64_t e, int k, int 
 }
 
 void compile_and_check(const MoEConfig& c, int block_m) {
-  for (auto version : {runtime::Nvfp4KernelVersion::simple,
-                       runtime::Nvfp4KernelVersion::pipelined}) {
+  for (auto version :
+       {runtime::Nvfp4KernelVersion::simple, runtime::Nvfp4KernelVersion::pipelined}) {
     const jit::KernelRequest r = runtime::nvfp4_mega_moe_request(c, block_m, version);
     SCOPED_TRACE(describe(c) + " BLOCK_M=" + std::to_string(block_m) + " " + r.name);
     const auto k = jit::compile(r);

@@ -86,7 +86,8 @@ void check_matrix(Matrix m, std::int64_t inter, std::int64_t rows, std::int64_t 
             const int g = lane / 4, t = lane % 4;
             const std::int64_t off = word_offset(k, tile, rg, blk, lane, step);
             std::uint32_t word = 0;
-            for (int i = 0; i < 4; ++i) word |= std::uint32_t{q[static_cast<std::size_t>(off + i)]} << (8 * i);
+            for (int i = 0; i < 4; ++i)
+              word |= std::uint32_t{q[static_cast<std::size_t>(off + i)]} << (8 * i);
             std::uint32_t r[4];
             decode_word(word, r);
             for (int j = 0; j < 4; ++j) {
@@ -94,16 +95,20 @@ void check_matrix(Matrix m, std::int64_t inter, std::int64_t rows, std::int64_t 
               for (int hi = 0; hi < 2; ++hi) {
                 const std::int64_t col = blk * 128 + step * 16 + (j >= 2 ? 8 : 0) + 2 * t + hi;
                 const float got = f16_to_float((r[j] >> (16 * hi)) & 0xFFFFu) * 0x1p14f;
-                mismatches += got != formats::e2m1_to_float(static_cast<std::uint8_t>(nibble(row, col)));
+                mismatches +=
+                    got != formats::e2m1_to_float(static_cast<std::uint8_t>(nibble(row, col)));
               }
             }
           }
           for (int g = 0; g < 8; ++g) {
             for (int h = 0; h < 2; ++h) {
               const std::int64_t row = source_row(m, inter, tile, rg, g + 8 * h);
-              const std::uint8_t code = sf[static_cast<std::size_t>(row * (k / 16) + blk * 8 + step)];
-              const std::uint8_t b = qsf[static_cast<std::size_t>(sf_offset(k, tile, rg, blk, g, step) + h)];
-              mismatches += f16_to_float(std::uint32_t{b} << 7) != formats::ue4m3_to_float(code) * 128.0f;
+              const std::uint8_t code =
+                  sf[static_cast<std::size_t>(row * (k / 16) + blk * 8 + step)];
+              const std::uint8_t b =
+                  qsf[static_cast<std::size_t>(sf_offset(k, tile, rg, blk, g, step) + h)];
+              mismatches +=
+                  f16_to_float(std::uint32_t{b} << 7) != formats::ue4m3_to_float(code) * 128.0f;
             }
           }
         }

@@ -25,9 +25,9 @@
 #include "megamoe/nvfp4_mega_moe.hpp"
 #include "megamoe/pre_dispatch.hpp"
 #include "megamoe/reference.hpp"
+#include "nvfp4_host_dispatch.hpp"
 #include "runtime/cuda_driver.hpp"
 #include "runtime/device_memory.hpp"
-#include "nvfp4_host_dispatch.hpp"
 
 namespace megamoe {
 namespace {
@@ -235,29 +235,36 @@ struct Harness {
     }
   }
 
-  static bool use_predispatch() {
+  bool library_dispatch = false;  // run mega_moe_pre_dispatch instead of the host image
+
+  bool use_predispatch() const {
     const char* v = std::getenv("MEGAMOE_TEST_USE_PREDISPATCH");
-    return v != nullptr && std::string(v) == "1";
+    return library_dispatch || (v != nullptr && std::string(v) == "1");
   }
 
   void dispatch() {
     if (use_predispatch()) {
       mega_moe_pre_dispatch(buffer, pd, stream.get());
-      cuda::check(cuda::driver().cuCtxSynchronize(), "after mega_moe_pre_dispatch");
+      cuda::check(cuda::driver().cuStreamSynchronize(stream.get()), "after mega_moe_pre_dispatch");
       return;
     }
     const std::int64_t h = c.hidden, t = c.tokens, k = c.top_k;
     for (int r = 0; r < c.ranks; ++r) {
       const test::InputImage img = test::nvfp4_input_image(
-          buffer.plan, std::span<const float>(inputs.x.data() + r * t * h, static_cast<std::size_t>(t * h)),
-          std::span<const std::int64_t>(inputs.topk_idx.data() + r * t * k, static_cast<std::size_t>(t * k)),
-          std::span<const float>(inputs.topk_weights.data() + r * t * k, static_cast<std::size_t>(t * k)), t);
-      const auto dst = reinterpret_cast<CUdeviceptr>(static_cast<std::uint8_t*>(buffer.memory->base(r)) + img.offset);
+          buffer.plan,
+          std::span<const float>(inputs.x.data() + r * t * h, static_cast<std::size_t>(t * h)),
+          std::span<const std::int64_t>(inputs.topk_idx.data() + r * t * k,
+                                        static_cast<std::size_t>(t * k)),
+          std::span<const float>(inputs.topk_weights.data() + r * t * k,
+                                 static_cast<std::size_t>(t * k)),
+          t);
+      const auto dst = reinterpret_cast<CUdeviceptr>(
+          static_cast<std::uint8_t*>(buffer.memory->base(r)) + img.offset);
       MEGAMOE_CU(cuda::driver().cuMemcpyHtoD(dst, img.bytes.data(), img.bytes.size()));
     }
   }
 
-  void run(CUstream stream) { nvfp4_mega_moe(buffer, weight_views, outputs, stream); }
+  void run(CUstream on) { nvfp4_mega_moe(buffer, weight_views, outputs, on); }
 
   Result poisoned_run() {
     for (auto& o : outs) o.fill_bytes(0xFF);  // bf16 NaN everywhere
@@ -321,10 +328,11 @@ struct Harness {
   }
 };
 
-void run_case(const Case& c) {
+void run_case(const Case& c, bool library_dispatch = false) {
   const std::uint64_t seed = std::random_device{}();
   SCOPED_TRACE(describe_case(c) + " seed " + std::to_string(seed));
   Harness hs(c, seed);
+  hs.library_dispatch = library_dispatch;
   const Result first = hs.poisoned_run();
   std::printf("  %s\n", hs.check(first).c_str());
   const Result second = hs.poisoned_run();
@@ -400,6 +408,16 @@ TEST_F(Nvfp4MegaMoe, DsV4FlashWidths) {
   c.tokens = 24;
   c.routing = Routing::masked;
   run_case(c);
+}
+
+// The whole layer as users call it: mega_moe_pre_dispatch, then nvfp4_mega_moe.
+TEST_F(Nvfp4MegaMoe, EndToEndWithLibraryPreDispatch) {
+  Case c;
+  c.ranks = 4;
+  c.top_k = 8;
+  c.tokens = 33;
+  c.routing = Routing::masked;
+  run_case(c, /*library_dispatch=*/true);
 }
 
 // Small enough for compute-sanitizer (memcheck / racecheck / synccheck).

@@ -35,12 +35,16 @@ inline InputImage nvfp4_input_image(const SymmBufferPlan& plan, std::span<const 
   InputImage img;
   img.offset = rx.offset;
   img.bytes.assign(rn.offset + 4 - rx.offset, 0);
-  auto at = [&](const BufferRegion& r, std::size_t byte) { return img.bytes.data() + (r.offset - rx.offset) + byte; };
+  auto at = [&](const BufferRegion& r, std::size_t byte) {
+    return img.bytes.data() + (r.offset - rx.offset) + byte;
+  };
   std::vector<float> row(static_cast<std::size_t>(h));
-  std::vector<std::uint8_t> packed(static_cast<std::size_t>(h / 2)), sf(static_cast<std::size_t>(h / 16));
+  std::vector<std::uint8_t> packed(static_cast<std::size_t>(h / 2)),
+      sf(static_cast<std::size_t>(h / 16));
   for (std::int64_t t = 0; t < tokens; ++t) {
     for (std::int64_t j = 0; j < h; ++j) {
-      row[static_cast<std::size_t>(j)] = formats::round_to_bf16(x[static_cast<std::size_t>(t * h + j)]);
+      row[static_cast<std::size_t>(j)] =
+          formats::round_to_bf16(x[static_cast<std::size_t>(t * h + j)]);
     }
     float g = 0;
     formats::quantize_nvfp4_per_row(row, 1, h, packed, sf, std::span<float>(&g, 1));
@@ -59,8 +63,12 @@ inline InputImage nvfp4_input_image(const SymmBufferPlan& plan, std::span<const 
           w = weights[static_cast<std::size_t>(t * k + j)];
         }
       }
-      std::memcpy(at(ri, static_cast<std::size_t>(t) * ri.row_pitch + static_cast<std::size_t>(j) * 4), &id, 4);
-      std::memcpy(at(rw, static_cast<std::size_t>(t) * rw.row_pitch + static_cast<std::size_t>(j) * 4), &w, 4);
+      std::memcpy(
+          at(ri, static_cast<std::size_t>(t) * ri.row_pitch + static_cast<std::size_t>(j) * 4), &id,
+          4);
+      std::memcpy(
+          at(rw, static_cast<std::size_t>(t) * rw.row_pitch + static_cast<std::size_t>(j) * 4), &w,
+          4);
     }
   }
   const auto n = static_cast<std::int32_t>(tokens);

@@ -13,9 +13,10 @@
 namespace megamoe::device {
 
 enum BarrierPhase : u32 {
-  kPhaseAfterFc1 = 1,   // rank-local: fc2_pool complete before FC2
-  kPhaseAfterFc2 = 2,   // cross-rank: every rank's combine slots written
-  kPhaseRelease = 3,    // rank-local: release after the cross-rank wait
+  kPhaseAfterFc1 = 1,  // rank-local: fc2_pool complete before FC2
+  kPhaseAfterFc2 = 2,  // cross-rank: every rank's combine slots written
+  kPhaseRelease = 3,   // rank-local: release after the cross-rank wait
+  kPhaseEntry = 4,     // cross-rank, ranks in separate processes: every rank's inputs published
 };
 
 // "status" field of the sync region: {timed_out, rank, phase, spare}.
@@ -65,8 +66,8 @@ MEGAMOE_DEVICE void rank_grid_barrier(u32* counter, int cta_in_rank, int n, u64 
 template <class CounterOf>
 MEGAMOE_DEVICE void cross_rank_barrier(CounterOf counter_of, int num_ranks, int rank,
                                        u32* grid_counter, int cta_in_rank, int n, u64 timeout_ns,
-                                       u32* status) {
-  rank_grid_barrier(grid_counter, cta_in_rank, n, timeout_ns, status, rank, kPhaseAfterFc2);
+                                       u32* status, u32 phase = kPhaseAfterFc2) {
+  rank_grid_barrier(grid_counter, cta_in_rank, n, timeout_ns, status, rank, phase);
   if (cta_in_rank == 0 && threadIdx.x == 0) {
     u32 own_old = 0;
     for (int p = 0; p < num_ranks; ++p) {
@@ -74,7 +75,7 @@ MEGAMOE_DEVICE void cross_rank_barrier(CounterOf counter_of, int num_ranks, int 
           counter_of(p), arrival_value(rank == 0, static_cast<u32>(num_ranks)));
       if (p == rank) own_old = old;
     }
-    spin_for_flip(counter_of(rank), own_old, timeout_ns, status, rank, kPhaseAfterFc2);
+    spin_for_flip(counter_of(rank), own_old, timeout_ns, status, rank, phase);
     ptx::fence_acq_rel_sys();
   }
   rank_grid_barrier(grid_counter, cta_in_rank, n, timeout_ns, status, rank, kPhaseRelease);

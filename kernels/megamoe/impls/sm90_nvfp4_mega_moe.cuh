@@ -53,7 +53,9 @@ struct Nvfp4MoeArgs {
 
 namespace nvfp4_moe {
 
-MEGAMOE_DEVICE float sigmoid(float z) { return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-z))); }
+MEGAMOE_DEVICE float sigmoid(float z) {
+  return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-z)));
+}
 
 template <int ACT>
 MEGAMOE_DEVICE float activate(float gate, float up, const Nvfp4MoeArgs& a) {
@@ -105,7 +107,10 @@ MEGAMOE_DEVICE void load_token_tile(u16* b, int live, RowPtr row_ptr, SfPtr sf_p
       const u8* q = row_ptr(i) + blk * 8;
       u32 lo, hi, sc;
       if constexpr (kCoherent) {
-        asm volatile("ld.global.cg.v2.u32 {%0, %1}, [%2];" : "=r"(lo), "=r"(hi) : "l"(q) : "memory");
+        asm volatile("ld.global.cg.v2.u32 {%0, %1}, [%2];"
+                     : "=r"(lo), "=r"(hi)
+                     : "l"(q)
+                     : "memory");
         sc = __ldcg(sf_ptr(i) + blk);
       } else {
         asm("ld.global.nc.v2.u32 {%0, %1}, [%2];" : "=r"(lo), "=r"(hi) : "l"(q));
@@ -218,7 +223,10 @@ MEGAMOE_DEVICE int expert_of_tile(const int* tile_prefix, int tileg) {
   int lo = 0, hi = EL - 1;
   while (lo < hi) {
     const int mid = (lo + hi + 1) >> 1;
-    if (tile_prefix[mid] <= tileg) lo = mid; else hi = mid - 1;
+    if (tile_prefix[mid] <= tileg)
+      lo = mid;
+    else
+      hi = mid - 1;
   }
   return lo;
 }
@@ -226,7 +234,8 @@ MEGAMOE_DEVICE int expert_of_tile(const int* tile_prefix, int tileg) {
 }  // namespace nvfp4_moe
 
 template <int H, int I, int EL, int K, int R, int BM, int TMAX, int NS, int ACT>
-__global__ void __launch_bounds__(kNvfp4Threads, 1) nvfp4_mega_moe_kernel(const __grid_constant__ Nvfp4MoeArgs a) {
+__global__ void __launch_bounds__(kNvfp4Threads, 1)
+    nvfp4_mega_moe_kernel(const __grid_constant__ Nvfp4MoeArgs a) {
   static_assert(H % 128 == 0 && I % 128 == 0, "H and I must be multiples of 128");
   static_assert(NS % 8 == 0 && BM % NS == 0, "token sub-tile must divide BLOCK_M");
   static_assert(R >= 1 && R <= kNvfp4MaxRanks, "1..8 ranks");
@@ -246,6 +255,19 @@ __global__ void __launch_bounds__(kNvfp4Threads, 1) nvfp4_mega_moe_kernel(const 
   u8* const sync = mine + a.off_sync;
   u32* const grid_counter = reinterpret_cast<u32*>(sync + a.sync_grid);
   u32* const status = reinterpret_cast<u32*>(sync + a.sync_status);
+
+  // Ranks in other processes (NCCL provider): wait until every rank's pre-dispatch of this call
+  // is complete -- which also means every rank finished the previous call, so its inputs and
+  // combine slots may be overwritten. One launch for all ranks (local provider) needs no wait.
+  // Its own counter (the second half of the "rank_barrier" field): with one counter per barrier
+  // a rank can add to a counter's next generation only after all ranks finished its current one.
+  if (a.num_driven < R) {
+    cross_rank_barrier(
+        [&](int p) {
+          return reinterpret_cast<u32*>(a.base[p] + a.off_sync + a.sync_rank_barrier + 32);
+        },
+        R, rank, grid_counter, cta_in_rank, nctas, a.timeout_ns, status, kPhaseEntry);
+  }
 
   // ---- phase 0: route counts and the padded pool layout (every CTA, redundantly) ----------
   if (tid < R) {
@@ -401,8 +423,7 @@ __global__ void __launch_bounds__(kNvfp4Threads, 1) nvfp4_mega_moe_kernel(const 
           if (i < sub_live) {
             const float alpha = s.route_alpha[r];
             const float gate = __fmul_rn(s.tile[lane * NS + i] * nvfp4::kWeightUnscale, alpha);
-            const float up =
-                __fmul_rn(s.tile[(32 + lane) * NS + i] * nvfp4::kWeightUnscale, alpha);
+            const float up = __fmul_rn(s.tile[(32 + lane) * NS + i] * nvfp4::kWeightUnscale, alpha);
             v = s.route_w[r] * nvfp4_moe::activate<ACT>(gate, up, a);
           }
           float amax = exact::finite_abs(v);
@@ -427,8 +448,7 @@ __global__ void __launch_bounds__(kNvfp4Threads, 1) nvfp4_mega_moe_kernel(const 
     }
   }
 
-  rank_grid_barrier(grid_counter, cta_in_rank, nctas, a.timeout_ns, status, rank,
-                    kPhaseAfterFc1);
+  rank_grid_barrier(grid_counter, cta_in_rank, nctas, a.timeout_ns, status, rank, kPhaseAfterFc1);
 
   // ---- phase 2: FC2 into the source ranks' combine slots -----------------------------------
   {
@@ -492,10 +512,10 @@ __global__ void __launch_bounds__(kNvfp4Threads, 1) nvfp4_mega_moe_kernel(const 
         for (int u = tid; u < 8 * sub_live; u += kNvfp4Threads) {
           const int i = u >> 3, chunk = u & 7;
           const int r = sub * NS + i;
-          u8* slot = a.base[s.route_src[r]] + a.off_combine +
-                     ((static_cast<u64>(s.route_k[r]) * TMAX + s.route_tok[r]) * H + ht * 64 +
-                      chunk * 8) *
-                         2;
+          u8* slot =
+              a.base[s.route_src[r]] + a.off_combine +
+              ((static_cast<u64>(s.route_k[r]) * TMAX + s.route_tok[r]) * H + ht * 64 + chunk * 8) *
+                  2;
           ptx::store_16(slot, *reinterpret_cast<const ptx::u32x4v*>(ys + i * 64 + chunk * 8));
         }
       }
@@ -538,7 +558,10 @@ __global__ void __launch_bounds__(kNvfp4Threads, 1) nvfp4_mega_moe_kernel(const 
         ow[j] = static_cast<u32>(ptx::f32_to_bf16_rn(sum[2 * j])) |
                 (static_cast<u32>(ptx::f32_to_bf16_rn(sum[2 * j + 1])) << 16);
       }
-      o.x = ow[0]; o.y = ow[1]; o.z = ow[2]; o.w = ow[3];
+      o.x = ow[0];
+      o.y = ow[1];
+      o.z = ow[2];
+      o.w = ow[3];
       ptx::store_16(out + static_cast<u64>(t) * a.out_pitch[rank] + c * 8, o);
     }
   }

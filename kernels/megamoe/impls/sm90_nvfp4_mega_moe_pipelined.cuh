@@ -6,51 +6,12 @@
 // and the token tile in shared memory is decoded once per (tile, sub-tile) and reused by every
 // column item of that tile the CTA owns. Work units are ordered (tile, sub-tile, column).
 #include "megamoe/impls/sm90_nvfp4_mega_moe.cuh"
+#include "megamoe/scheduler/nvfp4_schedule.cuh"
 
 namespace megamoe::device {
 namespace nvfp4_pipe {
 
 inline constexpr int kRing = 4;  // blocks of 128 k in flight per warp
-
-struct Unit {
-  int tileg, sub, col, phase;  // phase 0 = FC1, 1 = FC2, 2 = past the end
-};
-
-// The CTA's work units of both phases, in order.
-template <int EL, int BM, int NS, int CT1, int CT2>
-struct Schedule {
-  const int* tile_prefix;
-  const int* count;
-  int lo[2], hi[2];  // item ranges [lo, hi) of the CTA, items = (tile, column)
-
-  MEGAMOE_DEVICE static constexpr int cols(int ph) { return ph == 0 ? CT1 : CT2; }
-  MEGAMOE_DEVICE int live(int tileg) const {
-    const int e = nvfp4_moe::expert_of_tile<EL>(tile_prefix, tileg);
-    return min(BM, count[e] - (tileg - tile_prefix[e]) * BM);
-  }
-  MEGAMOE_DEVICE Unit first(int ph) const {
-    for (; ph < 2; ++ph) {
-      if (lo[ph] < hi[ph]) return {lo[ph] / cols(ph), 0, lo[ph] % cols(ph), ph};
-    }
-    return {0, 0, 0, 2};
-  }
-  MEGAMOE_DEVICE int col_begin(int ph, int tileg) const {
-    return tileg == lo[ph] / cols(ph) ? lo[ph] % cols(ph) : 0;
-  }
-  MEGAMOE_DEVICE int col_end(int ph, int tileg) const {
-    return tileg == (hi[ph] - 1) / cols(ph) ? (hi[ph] - 1) % cols(ph) + 1 : cols(ph);
-  }
-  MEGAMOE_DEVICE Unit next(const Unit& u) const {
-    if (u.phase >= 2) return u;
-    const int ph = u.phase;
-    if (u.col + 1 < col_end(ph, u.tileg)) return {u.tileg, u.sub, u.col + 1, ph};
-    if ((u.sub + 1) * NS < live(u.tileg)) return {u.tileg, u.sub + 1, col_begin(ph, u.tileg), ph};
-    if (u.tileg + 1 <= (hi[ph] - 1) / cols(ph)) {
-      return {u.tileg + 1, 0, col_begin(ph, u.tileg + 1), ph};
-    }
-    return first(ph + 1);
-  }
-};
 
 // One warp's view of one unit's weights: blocks kh, kh + 2, ... of its row group.
 struct Stream {
@@ -64,8 +25,8 @@ struct Ring {
   ptx::u32x4v q0[kRing], q1[kRing], sc[kRing];
 };
 
-MEGAMOE_DEVICE void load_slot(ptx::u32x4v& q0, ptx::u32x4v& q1, ptx::u32x4v& sc,
-                              const Stream& s, int j, int kh, int lane) {
+MEGAMOE_DEVICE void load_slot(ptx::u32x4v& q0, ptx::u32x4v& q1, ptx::u32x4v& sc, const Stream& s,
+                              int j, int kh, int lane) {
   const int blk = kh + 2 * j;
   const u8* q = s.q + blk * 1024 + lane * 16;
   q0 = ptx::load_stream_16(q);
@@ -153,6 +114,19 @@ __global__ void __launch_bounds__(kNvfp4Threads, 1)
   u32* const grid_counter = reinterpret_cast<u32*>(sync + a.sync_grid);
   u32* const status = reinterpret_cast<u32*>(sync + a.sync_status);
   const int first_expert = rank * EL;
+
+  // Ranks in other processes (NCCL provider): wait until every rank's pre-dispatch of this call
+  // is complete -- which also means every rank finished the previous call, so its inputs and
+  // combine slots may be overwritten. One launch for all ranks (local provider) needs no wait.
+  // Its own counter (the second half of the "rank_barrier" field): with one counter per barrier
+  // a rank can add to a counter's next generation only after all ranks finished its current one.
+  if (a.num_driven < R) {
+    cross_rank_barrier(
+        [&](int p) {
+          return reinterpret_cast<u32*>(a.base[p] + a.off_sync + a.sync_rank_barrier + 32);
+        },
+        R, rank, grid_counter, cta_in_rank, nctas, a.timeout_ns, status, kPhaseEntry);
+  }
 
   // ---- phase 0: route counts and the padded pool layout (every CTA, redundantly) ----------
   if (tid < R) {
@@ -354,8 +328,7 @@ __global__ void __launch_bounds__(kNvfp4Threads, 1)
   }
 
   // The ring already holds the first FC2 blocks: they stream while the barrier waits.
-  rank_grid_barrier(grid_counter, cta_in_rank, nctas, a.timeout_ns, status, rank,
-                    kPhaseAfterFc1);
+  rank_grid_barrier(grid_counter, cta_in_rank, nctas, a.timeout_ns, status, rank, kPhaseAfterFc1);
 
   // ---- phase 2: FC2 into the source ranks' combine slots -----------------------------------
   b_tile = -1;
@@ -389,9 +362,7 @@ __global__ void __launch_bounds__(kNvfp4Threads, 1)
           [&](int i) {
             return mine + a.off_fc2_pool + static_cast<u64>(row0 + i) * a.pitch_fc2_pool;
           },
-          [&](int i) {
-            return mine + a.off_fc2_sf + static_cast<u64>(row0 + i) * a.pitch_fc2_sf;
-          });
+          [&](int i) { return mine + a.off_fc2_sf + static_cast<u64>(row0 + i) * a.pitch_fc2_sf; });
       __syncthreads();
     }
     const float factor = __fmul_rn(__ldg(a.fc2_scale[rank] + e), __ldg(a.alpha2[rank] + e));

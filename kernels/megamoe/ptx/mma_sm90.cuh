@@ -50,8 +50,7 @@ MEGAMOE_DEVICE u32 hmul2(u32 a, u32 b) {
 // D += A * B, m16n8k16, A row-major f16 (4 regs), B column-major f16 (2 regs), f32 accumulate.
 MEGAMOE_DEVICE void mma_m16n8k16_f16(float (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0,
                                      u32 b1) {
-  asm(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
       "{%8, %9}, {%0, %1, %2, %3};"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
@@ -69,7 +68,9 @@ MEGAMOE_DEVICE u16 f32_to_f16_rn(float x) {
   return r;
 }
 
-MEGAMOE_DEVICE float bf16_to_f32(u32 bits16) { return __uint_as_float(bits16 << 16); }
+MEGAMOE_DEVICE float bf16_to_f32(u32 bits16) {
+  return __uint_as_float(bits16 << 16);
+}
 
 MEGAMOE_DEVICE u64 globaltimer_ns() {
   u64 t;
@@ -90,6 +91,8 @@ MEGAMOE_DEVICE u32 load_acquire_sys(const u32* p) {
   return v;
 }
 
-MEGAMOE_DEVICE void fence_acq_rel_sys() { asm volatile("fence.acq_rel.sys;" ::: "memory"); }
+MEGAMOE_DEVICE void fence_acq_rel_sys() {
+  asm volatile("fence.acq_rel.sys;" ::: "memory");
+}
 
 }  // namespace megamoe::device::ptx

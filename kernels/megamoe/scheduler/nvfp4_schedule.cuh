@@ -1,0 +1,73 @@
+#pragma once
+// Work units of the pipelined SM90 NVFP4 MegaMoE kernel (sm90_nvfp4_mega_moe_pipelined.cuh),
+// host-compilable so that tests/cpu/test_nvfp4_schedule.cpp can walk every CTA's units.
+//
+// Each phase has items (expert tile, column tile): FC1 columns = 32 intermediate columns, FC2
+// columns = 64 hidden rows. A CTA owns the contiguous item range [lo, hi) of each phase and runs
+// it as units (tile, token sub-tile, column), tile-major, so that the token sub-tile in shared
+// memory is decoded once and reused by every column of that tile the CTA owns.
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define MEGAMOE_SCHED_FN __host__ __device__ __forceinline__
+#else
+#define MEGAMOE_SCHED_FN inline
+#endif
+
+namespace megamoe::device::nvfp4_pipe {
+
+// Index of the expert owning global tile `tileg`: the last e with tile_prefix[e] <= tileg
+// (experts without tiles share their successor's prefix and precede it, so they are skipped).
+template <int EL>
+MEGAMOE_SCHED_FN int schedule_expert_of_tile(const int* tile_prefix, int tileg) {
+  int lo = 0, hi = EL - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    if (tile_prefix[mid] <= tileg) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo;
+}
+
+struct Unit {
+  int tileg, sub, col, phase;  // phase 0 = FC1, 1 = FC2, 2 = past the end
+};
+
+template <int EL, int BM, int NS, int CT1, int CT2>
+struct Schedule {
+  const int* tile_prefix;  // [EL + 1] padded tile prefix of the rank's experts
+  const int* count;        // [EL] routes per expert
+  int lo[2], hi[2];        // the CTA's item ranges
+
+  MEGAMOE_SCHED_FN static constexpr int cols(int ph) { return ph == 0 ? CT1 : CT2; }
+  MEGAMOE_SCHED_FN int live(int tileg) const {
+    const int e = schedule_expert_of_tile<EL>(tile_prefix, tileg);
+    const int n = count[e] - (tileg - tile_prefix[e]) * BM;
+    return n < BM ? n : BM;
+  }
+  MEGAMOE_SCHED_FN Unit first(int ph) const {
+    for (; ph < 2; ++ph) {
+      if (lo[ph] < hi[ph]) return {lo[ph] / cols(ph), 0, lo[ph] % cols(ph), ph};
+    }
+    return {0, 0, 0, 2};
+  }
+  MEGAMOE_SCHED_FN int col_begin(int ph, int tileg) const {
+    return tileg == lo[ph] / cols(ph) ? lo[ph] % cols(ph) : 0;
+  }
+  MEGAMOE_SCHED_FN int col_end(int ph, int tileg) const {
+    return tileg == (hi[ph] - 1) / cols(ph) ? (hi[ph] - 1) % cols(ph) + 1 : cols(ph);
+  }
+  MEGAMOE_SCHED_FN Unit next(const Unit& u) const {
+    if (u.phase >= 2) return u;
+    const int ph = u.phase;
+    if (u.col + 1 < col_end(ph, u.tileg)) return {u.tileg, u.sub, u.col + 1, ph};
+    if ((u.sub + 1) * NS < live(u.tileg)) return {u.tileg, u.sub + 1, col_begin(ph, u.tileg), ph};
+    if (u.tileg + 1 <= (hi[ph] - 1) / cols(ph)) {
+      return {u.tileg + 1, 0, col_begin(ph, u.tileg + 1), ph};
+    }
+    return first(ph + 1);
+  }
+};
+
+}  // namespace megamoe::device::nvfp4_pipe

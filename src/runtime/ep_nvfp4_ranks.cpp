@@ -1,0 +1,252 @@
+// EpNvfp4Ranks: deterministic per-rank weights and inputs for the NVFP4 layer on any provider.
+#include "runtime/ep_nvfp4_ranks.hpp"
+
+#include <cuda.h>
+
+#include <span>
+#include <string>
+
+#include "jit/compiler.hpp"
+#include "megamoe/error.hpp"
+#include "runtime/cuda_driver.hpp"
+#include "runtime/module.hpp"
+
+namespace megamoe::runtime {
+namespace {
+
+const Device kGpu{DeviceKind::cuda, 0};  // the current device (see device_select.hpp)
+
+// Byte i of a fill is a function of (seed, i) alone, so any process reproduces any rank's
+// weights. The mix is the SplitMix64 finalizer. Scale bytes are UE4M3 with exponent field 5..9
+// (2^-2 .. 2^2) and any mantissa: finite, positive, no subnormals.
+const char* kFillSource = R"(
+extern "C" __global__ void megamoe_ep_fill(unsigned char* p, unsigned long long n,
+                                           unsigned long long seed, int scale_bytes) {
+  const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+  for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    unsigned long long z = seed + (i + 1ull) * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    unsigned v = (unsigned)z & 0xFFu;
+    if (scale_bytes) v = ((5u + (unsigned)(z >> 8) % 5u) << 3) | ((unsigned)(z >> 16) & 7u);
+    p[i] = (unsigned char)v;
+  }
+}
+)";
+
+CUfunction fill_function() {
+  jit::KernelRequest r;
+  r.name = "ep_nvfp4_fill";
+  r.source = kFillSource;
+  r.entry = "megamoe_ep_fill";
+  return load(*jit::compile(r));
+}
+
+void fill(const DeviceBuffer& b, std::uint64_t seed, bool scale_bytes, CUstream stream) {
+  LaunchConfig cfg;
+  cfg.grid = {1024, 1, 1};
+  cfg.block = {256, 1, 1};
+  cfg.stream = stream;
+  const CUdeviceptr p = b.get();
+  const unsigned long long n = b.size();
+  const unsigned long long s = seed;
+  const int mode = scale_bytes ? 1 : 0;
+  launch_kernel(fill_function(), cfg, p, n, s, mode);
+}
+
+template <class T>
+DeviceBuffer upload(std::span<const T> host) {
+  DeviceBuffer b(host.size_bytes());
+  b.copy_from_host(std::as_bytes(host));
+  return b;
+}
+
+TensorView blob(const DeviceBuffer& b) {
+  return TensorView::contiguous(b.as<void>(), DType::u8, {static_cast<std::int64_t>(b.size())},
+                                kGpu);
+}
+
+// Distinct, exactly representable per-expert global scales: (1 + j/8) / 512, j = global
+// expert id mod 5; fc2 input scale 2^-9.
+std::vector<float> global_scales(std::int64_t first_expert, std::int64_t experts) {
+  std::vector<float> g(static_cast<std::size_t>(experts));
+  for (std::int64_t e = 0; e < experts; ++e) {
+    g[static_cast<std::size_t>(e)] =
+        (1.0f + static_cast<float>((first_expert + e) % 5) / 8.0f) / 512.0f;
+  }
+  return g;
+}
+
+std::uint64_t rank_seed(std::uint64_t seed, int rank, std::uint64_t tensor) {
+  return seed * 0x100000001B3ull + static_cast<std::uint64_t>(rank) * 16 + tensor;
+}
+
+}  // namespace
+
+struct EpNvfp4Ranks::Rank {
+  int rank = 0;
+  DeviceBuffer k13, k13_sf, k2, k2_sf, a1, a2, ks;  // kernel layout and per-expert scales
+  DeviceBuffer x, ids, weights, out;
+};
+
+EpNvfp4Ranks::EpNvfp4Ranks(const EpNvfp4Setup& setup, const SymmBuffer& buffer)
+    : setup_(setup), buffer_(buffer) {
+  const MoEConfig& c = setup_.config;
+  if (!buffer.memory) throw_invalid("buffer.memory", "is required (allocate the buffer first)");
+  if (buffer.plan.config.num_ranks != c.num_ranks ||
+      buffer.plan.config.shape.hidden != c.shape.hidden ||
+      buffer.plan.config.shape.intermediate != c.shape.intermediate ||
+      buffer.plan.config.shape.num_experts != c.shape.num_experts ||
+      buffer.plan.config.shape.top_k != c.shape.top_k ||
+      buffer.plan.config.max_tokens_per_rank != c.max_tokens_per_rank) {
+    throw_invalid("buffer", "must be planned for setup.config", describe(buffer.plan.config));
+  }
+  driven_ = buffer.memory->driven_ranks();
+  const cuda::Driver& d = cuda::driver();
+  const std::int64_t el = c.experts_per_rank(), h = c.shape.hidden, i = c.shape.intermediate;
+  const Nvfp4KernelWeightBytes kb = nvfp4_kernel_weight_bytes(c);
+  for (const int r : driven_) {
+    auto rk = std::make_unique<Rank>();
+    rk->rank = r;
+    // Checkpoint tensors live only until the transform has run.
+    DeviceBuffer w13(static_cast<std::size_t>(el * 2 * i * h / 2));
+    DeviceBuffer w13_sf(static_cast<std::size_t>(el * 2 * i * h / 16));
+    DeviceBuffer w2(static_cast<std::size_t>(el * h * i / 2));
+    DeviceBuffer w2_sf(static_cast<std::size_t>(el * h * i / 16));
+    fill(w13, rank_seed(setup_.seed, r, 0), false, nullptr);
+    fill(w13_sf, rank_seed(setup_.seed, r, 1), true, nullptr);
+    fill(w2, rank_seed(setup_.seed, r, 2), false, nullptr);
+    fill(w2_sf, rank_seed(setup_.seed, r, 3), true, nullptr);
+    const std::vector<float> g13 = global_scales(r * el, el);
+    const std::vector<float> g2 = global_scales(r * el + 2, el);
+    const std::vector<float> fc2s(static_cast<std::size_t>(el), 1.0f / 512.0f);
+    DeviceBuffer dg13 = upload(std::span<const float>(g13));
+    DeviceBuffer dg2 = upload(std::span<const float>(g2));
+    DeviceBuffer dfc2s = upload(std::span<const float>(fc2s));
+
+    Nvfp4CheckpointWeights in;
+    in.w13 = TensorView::contiguous(w13.as<void>(), DType::e2m1x2, {el, 2 * i, h / 2}, kGpu);
+    in.w13_sf = TensorView::contiguous(w13_sf.as<void>(), DType::ue4m3, {el, 2 * i, h / 16}, kGpu);
+    in.w2 = TensorView::contiguous(w2.as<void>(), DType::e2m1x2, {el, h, i / 2}, kGpu);
+    in.w2_sf = TensorView::contiguous(w2_sf.as<void>(), DType::ue4m3, {el, h, i / 16}, kGpu);
+    in.w13_global = TensorView::contiguous(dg13.as<void>(), DType::f32, {el}, kGpu);
+    in.w2_global = TensorView::contiguous(dg2.as<void>(), DType::f32, {el}, kGpu);
+    in.fc2_input_scale = TensorView::contiguous(dfc2s.as<void>(), DType::f32, {el}, kGpu);
+
+    rk->k13 = DeviceBuffer(kb.w13);
+    rk->k13_sf = DeviceBuffer(kb.w13_sf);
+    rk->k2 = DeviceBuffer(kb.w2);
+    rk->k2_sf = DeviceBuffer(kb.w2_sf);
+    rk->a1 = DeviceBuffer(static_cast<std::size_t>(el) * 4);
+    rk->a2 = DeviceBuffer(static_cast<std::size_t>(el) * 4);
+    rk->ks = DeviceBuffer(static_cast<std::size_t>(el) * 4);
+    Nvfp4KernelWeights kw;
+    kw.w13 = blob(rk->k13);
+    kw.w13_sf = blob(rk->k13_sf);
+    kw.w2 = blob(rk->k2);
+    kw.w2_sf = blob(rk->k2_sf);
+    kw.fc1_alpha = TensorView::contiguous(rk->a1.as<void>(), DType::f32, {el}, kGpu);
+    kw.fc2_alpha = TensorView::contiguous(rk->a2.as<void>(), DType::f32, {el}, kGpu);
+    kw.fc2_input_scale = TensorView::contiguous(rk->ks.as<void>(), DType::f32, {el}, kGpu);
+    transform_weights_for_mega_moe(c, in, kw, nullptr);
+    MEGAMOE_CU(d.cuCtxSynchronize());
+    weight_views_.push_back(kw);
+    ranks_.push_back(std::move(rk));
+  }
+}
+
+EpNvfp4Ranks::~EpNvfp4Ranks() = default;
+
+void EpNvfp4Ranks::set_tokens(std::int64_t tokens) {
+  const MoEConfig& c = setup_.config;
+  if (tokens < 1 || tokens > c.max_tokens_per_rank) {
+    throw_invalid("tokens", "must be in [1, max_tokens_per_rank = " +
+                                std::to_string(c.max_tokens_per_rank) + "]",
+                  std::to_string(tokens));
+  }
+  tokens_ = tokens;
+  // One input set per token count, the same in every process.
+  inputs_ = reference::random_inputs(c, tokens, setup_.routing,
+                                     setup_.seed * 1000003ull + static_cast<std::uint64_t>(tokens));
+  const std::int64_t h = c.shape.hidden, k = c.shape.top_k, t = tokens;
+  pd_.clear();
+  outputs_.clear();
+  for (const std::unique_ptr<Rank>& rk : ranks_) {
+    const std::int64_t r = rk->rank;
+    const std::vector<std::uint16_t> xb = reference::to_bf16_bits(
+        std::span<const float>(inputs_.x.data() + r * t * h, static_cast<std::size_t>(t * h)));
+    rk->x = upload(std::span<const std::uint16_t>(xb));
+    rk->ids = upload(std::span<const std::int64_t>(inputs_.topk_idx.data() + r * t * k,
+                                                   static_cast<std::size_t>(t * k)));
+    rk->weights = upload(std::span<const float>(inputs_.topk_weights.data() + r * t * k,
+                                                static_cast<std::size_t>(t * k)));
+    rk->out = DeviceBuffer(static_cast<std::size_t>(t * h * 2));
+    rk->out.fill_bytes(0xFF);
+    PreDispatchInputs p;
+    p.rank = rk->rank;
+    p.x = TensorView::contiguous(rk->x.as<void>(), DType::bf16, {t, h}, kGpu);
+    p.topk_idx = TensorView::contiguous(rk->ids.as<void>(), DType::i64, {t, k}, kGpu);
+    p.topk_weights = TensorView::contiguous(rk->weights.as<void>(), DType::f32, {t, k}, kGpu);
+    pd_.push_back(p);
+    outputs_.push_back(
+        {rk->rank, TensorView::contiguous(rk->out.as<void>(), DType::bf16, {t, h}, kGpu)});
+  }
+}
+
+EpRouteCounts EpNvfp4Ranks::route_counts() const {
+  const MoEConfig& c = setup_.config;
+  const std::int64_t k = c.shape.top_k, el = c.experts_per_rank(), e = c.shape.num_experts;
+  EpRouteCounts rc;
+  rc.remote_in.assign(static_cast<std::size_t>(c.num_ranks), 0);
+  rc.remote_out.assign(static_cast<std::size_t>(c.num_ranks), 0);
+  for (std::size_t j = 0; j < inputs_.topk_idx.size(); ++j) {
+    const std::int64_t id = inputs_.topk_idx[j];
+    if (id < 0 || id >= e) continue;
+    ++rc.live;
+    const std::int64_t src = static_cast<std::int64_t>(j) / k / tokens_;
+    const std::int64_t owner = id / el;
+    if (owner == src) continue;
+    ++rc.remote_out[static_cast<std::size_t>(src)];
+    ++rc.remote_in[static_cast<std::size_t>(owner)];
+  }
+  return rc;
+}
+
+void EpNvfp4Ranks::pre_dispatch(Stream stream) {
+  if (tokens_ == 0) throw_invalid("tokens", "set_tokens must run before pre_dispatch");
+  mega_moe_pre_dispatch(buffer_, pd_, stream);
+}
+
+void EpNvfp4Ranks::moe(Stream stream) {
+  if (tokens_ == 0) throw_invalid("tokens", "set_tokens must run before moe");
+  nvfp4_mega_moe(buffer_, weight_views_, outputs_, stream);
+}
+
+std::vector<std::uint16_t> EpNvfp4Ranks::output(int rank) const {
+  for (const std::unique_ptr<Rank>& rk : ranks_) {
+    if (rk->rank != rank) continue;
+    std::vector<std::uint16_t> host(rk->out.size() / 2);
+    rk->out.copy_to_host(std::as_writable_bytes(std::span<std::uint16_t>(host)));
+    return host;
+  }
+  throw_invalid("rank", "must be a rank this process drives", std::to_string(rank));
+}
+
+std::int64_t first_difference(const std::vector<std::uint16_t>& a,
+                              const std::vector<std::uint16_t>& b) {
+  const std::size_t n = std::min(a.size(), b.size());
+  for (std::size_t j = 0; j < n; ++j) {
+    if (a[j] != b[j]) return static_cast<std::int64_t>(j);
+  }
+  return a.size() == b.size() ? -1 : static_cast<std::int64_t>(n);
+}
+
+std::int64_t count_poison(const std::vector<std::uint16_t>& v) {
+  std::int64_t n = 0;
+  for (const std::uint16_t x : v) n += x == 0xFFFFu ? 1 : 0;
+  return n;
+}
+
+}  // namespace megamoe::runtime

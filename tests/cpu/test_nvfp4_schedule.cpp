@@ -1,0 +1,94 @@
+// The work-unit schedule of the pipelined NVFP4 MegaMoE kernel, walked on the CPU: over every
+// CTA, each (tile, token sub-tile, column) unit of both phases is visited exactly once, FC1
+// before FC2, and a CTA's units of one tile are sub-tile-major (one token-tile decode each).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <random>
+#include <set>
+#include <tuple>
+#include <vector>
+
+#include "../../kernels/megamoe/scheduler/nvfp4_schedule.cuh"
+
+namespace megamoe::device::nvfp4_pipe {
+namespace {
+
+template <int EL, int BM, int NS, int CT1, int CT2>
+void walk(const std::vector<int>& count, int nctas, std::uint64_t seed) {
+  std::vector<int> prefix(EL + 1, 0);
+  for (int e = 0; e < EL; ++e) prefix[e + 1] = prefix[e] + (count[e] + BM - 1) / BM;
+  const int tiles = prefix[EL];
+  // Every unit that must run: (phase, tile, sub, col).
+  std::multiset<std::tuple<int, int, int, int>> want, got;
+  for (int ph = 0; ph < 2; ++ph) {
+    for (int t = 0; t < tiles; ++t) {
+      const int e = schedule_expert_of_tile<EL>(prefix.data(), t);
+      ASSERT_TRUE(prefix[e] <= t && t < prefix[e + 1]) << "tile " << t << " seed " << seed;
+      const int live = std::min(BM, count[e] - (t - prefix[e]) * BM);
+      ASSERT_GT(live, 0);
+      for (int sub = 0; sub * NS < live; ++sub) {
+        for (int col = 0; col < (ph == 0 ? CT1 : CT2); ++col) want.insert({ph, t, sub, col});
+      }
+    }
+  }
+  for (int cta = 0; cta < nctas; ++cta) {
+    Schedule<EL, BM, NS, CT1, CT2> s{prefix.data(), count.data(), {0, 0}, {0, 0}};
+    const long long items[2] = {1LL * tiles * CT1, 1LL * tiles * CT2};
+    for (int ph = 0; ph < 2; ++ph) {
+      s.lo[ph] = static_cast<int>(items[ph] * cta / nctas);
+      s.hi[ph] = static_cast<int>(items[ph] * (cta + 1) / nctas);
+    }
+    int last_phase = 0;
+    std::map<std::pair<int, int>, int> last_sub;  // (phase, tile) -> sub-tile seen last
+    int steps = 0;
+    for (Unit u = s.first(0); u.phase < 2; u = s.next(u)) {
+      ASSERT_LT(++steps, 1 << 22) << "schedule does not end, seed " << seed;
+      ASSERT_GE(u.phase, last_phase) << "FC2 unit before an FC1 unit, seed " << seed;
+      last_phase = u.phase;
+      const int cols = u.phase == 0 ? CT1 : CT2;
+      const int item = u.tileg * cols + u.col;
+      ASSERT_TRUE(item >= s.lo[u.phase] && item < s.hi[u.phase])
+          << "unit outside the CTA's range, seed " << seed;
+      auto [it, fresh] = last_sub.try_emplace({u.phase, u.tileg}, u.sub);
+      if (!fresh) {
+        ASSERT_GE(u.sub, it->second) << "sub-tiles out of order, seed " << seed;
+        it->second = u.sub;
+      }
+      got.insert({u.phase, u.tileg, u.sub, u.col});
+    }
+  }
+  EXPECT_EQ(got, want) << "units missed or repeated, seed " << seed;
+}
+
+template <int EL, int BM, int NS, int CT1, int CT2>
+void random_cases(std::uint64_t seed, int max_count) {
+  std::mt19937_64 rng(seed);
+  for (int round = 0; round < 20; ++round) {
+    std::vector<int> count(EL, 0);
+    const int mode = round % 4;
+    for (int e = 0; e < EL; ++e) {
+      if (mode == 0) count[e] = static_cast<int>(rng() % (max_count + 1));           // any
+      if (mode == 1) count[e] = (rng() % 3 == 0) ? static_cast<int>(rng() % 4) : 0;  // sparse
+    }
+    if (mode == 2) count[rng() % EL] = max_count * 4;  // one hot expert
+    // mode 3: no routes at all
+    for (int nctas : {1, 3, 16, 66, 132}) walk<EL, BM, NS, CT1, CT2>(count, nctas, seed);
+  }
+}
+
+TEST(Nvfp4Schedule, DecodeTilesSingleSubTile) {
+  random_cases<32, 8, 8, 16, 16>(std::random_device{}(), 40);
+}
+
+TEST(Nvfp4Schedule, LargeTilesManySubTiles) {
+  random_cases<4, 128, 16, 4, 4>(std::random_device{}(), 300);
+}
+
+TEST(Nvfp4Schedule, PresetWidths) {
+  random_cases<256, 16, 16, 64, 64>(std::random_device{}(), 40);
+}
+
+}  // namespace
+}  // namespace megamoe::device::nvfp4_pipe
