@@ -29,6 +29,7 @@
 #include "megamoe/pre_dispatch.hpp"
 #include "megamoe/presets.hpp"
 #include "megamoe/reference.hpp"
+#include "runtime/bandwidth_probe.hpp"
 #include "runtime/cuda_driver.hpp"
 #include "runtime/device_memory.hpp"
 #include "runtime/module.hpp"
@@ -43,24 +44,6 @@ constexpr int kReplays = 21;
 const Device kGpu{DeviceKind::cuda, 0};
 
 const char* kHelperSource = R"(
-extern "C" __global__ void read_bw(const uint4* p, unsigned long long n, unsigned* sink) {
-  unsigned acc = 0;
-  const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-  unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
-  for (; i + 7 * stride < n; i += 8 * stride) {
-    unsigned v[8][4];
-#pragma unroll
-    for (int u = 0; u < 8; ++u) {
-      asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                   : "=r"(v[u][0]), "=r"(v[u][1]), "=r"(v[u][2]), "=r"(v[u][3])
-                   : "l"(p + i + u * stride));
-    }
-#pragma unroll
-    for (int u = 0; u < 8; ++u) acc ^= v[u][0] ^ v[u][1] ^ v[u][2] ^ v[u][3];
-  }
-  for (; i < n; i += stride) { const uint4 v = __ldg(p + i); acc ^= v.x ^ v.y ^ v.z ^ v.w; }
-  if (acc == 0x9E3779B9u) sink[0] = acc;  // keeps the loads alive
-}
 // Random bytes; scale_mode: valid re-encoded scale bytes (f16 exponent 13..21, any mantissa).
 extern "C" __global__ void fill_random(unsigned* p, unsigned long long n, unsigned seed,
                                        int scale_mode) {
@@ -82,18 +65,16 @@ extern "C" __global__ void fill_random(unsigned* p, unsigned long long n, unsign
 )";
 
 struct Helpers {
-  CUfunction read_bw = nullptr, fill = nullptr;
+  CUfunction fill = nullptr;
 };
 
 Helpers load_helpers() {
   Helpers h;
-  for (auto [entry, fn] : {std::pair{"read_bw", &h.read_bw}, std::pair{"fill_random", &h.fill}}) {
-    jit::KernelRequest r;
-    r.name = std::string("bench_") + entry;
-    r.source = kHelperSource;
-    r.entry = entry;
-    *fn = runtime::load(*jit::compile(r));
-  }
+  jit::KernelRequest r;
+  r.name = "bench_fill_random";
+  r.source = kHelperSource;
+  r.entry = "fill_random";
+  h.fill = runtime::load(*jit::compile(r));
   return h;
 }
 
@@ -123,19 +104,6 @@ double median_ms(CUstream stream, int reps, Body&& body) {
   }
   std::sort(ms.begin(), ms.end());
   return ms[ms.size() / 2];
-}
-
-double read_bandwidth_tbs(const Helpers& h, const DeviceBuffer& buf, CUstream stream, int sms) {
-  runtime::LaunchConfig cfg;
-  cfg.grid = {static_cast<unsigned>(sms * 4), 1, 1};
-  cfg.block = {512, 1, 1};
-  cfg.stream = stream;
-  DeviceBuffer sink(4);
-  const unsigned long long n = buf.size() / 16;
-  const CUdeviceptr p = buf.get();
-  const CUdeviceptr s = sink.get();
-  const double ms = median_ms(stream, 15, [&] { runtime::launch_kernel(h.read_bw, cfg, p, n, s); });
-  return static_cast<double>(n * 16) / (ms * 1e-3) / 1e12;
 }
 
 struct RoutingCase {
@@ -189,7 +157,8 @@ int main(int argc, char** argv) {
       da2.copy_from_host(std::as_bytes(std::span<const float>(a2)));
       ds2.copy_from_host(std::as_bytes(std::span<const float>(s2)));
       MEGAMOE_CU(d.cuCtxSynchronize());
-      if (bw_tbs == 0) bw_tbs = read_bandwidth_tbs(helpers, w13, stream.get(), props.sm_count);
+      if (bw_tbs == 0)
+        bw_tbs = runtime::measure_read_bandwidth_tbs(w13.get(), w13.size(), stream.get());
       const double expert_bytes =
           static_cast<double>(wb.w13 + wb.w13_sf + wb.w2 + wb.w2_sf) / static_cast<double>(el);
 

@@ -116,14 +116,17 @@ int main(int argc, char** argv) {
       Format format;
       Fp8ScaleKind scale;
       bool hw;
+      bool cta_per_row;  // FP4: the previous one-CTA-per-row kernel, side by side
     };
     const Variant variants[] = {
-        {"nvfp4", Format::nvfp4, Fp8ScaleKind::f32, true},
-        {"mxfp4", Format::mxfp4, Fp8ScaleKind::f32, true},
-        {"fp8 f32 scales (hw e4m3)", Format::fp8, Fp8ScaleKind::f32, true},
-        {"fp8 f32 scales (int e4m3)", Format::fp8, Fp8ScaleKind::f32, false},
-        {"fp8 ue8m0 scales (hw e4m3)", Format::fp8, Fp8ScaleKind::ue8m0, true},
-        {"fp8 ue8m0 scales (int e4m3)", Format::fp8, Fp8ScaleKind::ue8m0, false}};
+        {"nvfp4 (warp per row)", Format::nvfp4, Fp8ScaleKind::f32, true, false},
+        {"nvfp4 (CTA per row)", Format::nvfp4, Fp8ScaleKind::f32, true, true},
+        {"mxfp4 (warp per row)", Format::mxfp4, Fp8ScaleKind::f32, true, false},
+        {"mxfp4 (CTA per row)", Format::mxfp4, Fp8ScaleKind::f32, true, true},
+        {"fp8 f32 scales (hw e4m3)", Format::fp8, Fp8ScaleKind::f32, true, false},
+        {"fp8 f32 scales (int e4m3)", Format::fp8, Fp8ScaleKind::f32, false, false},
+        {"fp8 ue8m0 scales (hw e4m3)", Format::fp8, Fp8ScaleKind::ue8m0, true, false},
+        {"fp8 ue8m0 scales (int e4m3)", Format::fp8, Fp8ScaleKind::ue8m0, false, false}};
     for (const Variant& v : variants) {
       MoEConfig c;
       c.shape.hidden = hidden;
@@ -136,7 +139,8 @@ int main(int argc, char** argv) {
       const SymmBuffer buf = get_symm_buffer_for_mega_moe(c);
       const PreDispatchInputs inputs[] = {in};
       const double us = median_us(
-          stream.get(), [&] { runtime::launch_pre_dispatch(buf, inputs, stream.get(), v.hw); });
+          stream.get(), [&] { runtime::launch_pre_dispatch(buf, inputs, stream.get(), v.hw, v.cta_per_row);
+      });
       // Bytes the kernel must move: x read, routes read, every output written once.
       const double t = static_cast<double>(tokens), h = static_cast<double>(hidden),
                    k = static_cast<double>(topk);

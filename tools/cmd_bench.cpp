@@ -1,13 +1,145 @@
-// Placeholder until its issue lands; replaced by the real command.
+// `megamoe bench --ranks R [--preset P] [--tokens 1,8,16,128] [--check-virtual] [--timeout-test]`
+// (docs/multi_gpu.md): the parent spawns one child per GPU (this executable again, same
+// arguments plus the seed) and waits; each child runs one rank (multi_gpu_rank.cpp). The parent
+// touches no GPU.
+#include <unistd.h>
+
+#include <chrono>
 #include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
 
 #include "commands.hpp"
+#include "megamoe/error.hpp"
+#include "megamoe/presets.hpp"
+#include "multi_gpu_rank.hpp"
+#include "options.hpp"
+#include "runtime/process_group.hpp"
 
 namespace megamoe::tool {
+namespace {
 
-int cmd_bench(Args) {
-  std::fprintf(stderr, "megamoe bench: not built yet\n");
-  return 3;
+const char* kHelp =
+    "usage: megamoe bench --ranks R [--preset P] [--tokens 1,8,16,128] [--check-virtual]\n"
+    "                     [--timeout-test] [--seed N] [--iters N] [--reps N]\n"
+    "                     [--routing uniform|zipf|masked20] [--group-timeout-ms MS]\n"
+    "                     [--peer-timeout-ms MS] [--out PREFIX]\n"
+    "\n"
+    "Runs the NVFP4 MegaMoE layer with one process per GPU (ranks 0..R-1 on GPUs 0..R-1), NCCL\n"
+    "symmetric memory (`nccl` provider), NVLink multicast off. Presets: dsv4-flash and\n"
+    "h6144-e256-k8 unless --preset is given. Prints a Markdown table: time per call (CUDA graph\n"
+    "replay, slowest rank), NVLink payload bytes and GB/s, and the current kernel's modelled\n"
+    "NVLink bytes.\n"
+    "  --check-virtual   rank 0 reruns every case with R virtual ranks on its GPU (local\n"
+    "                    provider) and compares every rank's output bitwise\n"
+    "  --timeout-test    rank R-1 skips the MoE call; the others must stop after\n"
+    "                    --peer-timeout-ms (default 2000) with a fault naming rank and phase\n";
+
+std::string self_executable() {
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) throw Error("megamoe bench: cannot find its own executable (/proc/self/exe)");
+  return std::string(buf, static_cast<std::size_t>(n));
+}
+
+}  // namespace
+
+MultiGpuBenchOptions parse_multi_gpu_options(Args args) {
+  const Options opt(args,
+                    {"ranks", "preset", "tokens", "seed", "iters", "reps", "routing",
+                     "group-timeout-ms", "peer-timeout-ms", "out"},
+                    {"check-virtual", "timeout-test", "help"});
+  MultiGpuBenchOptions o;
+  o.ranks = static_cast<int>(opt.get_int("ranks", 1));
+  if (o.ranks < 1 || o.ranks > 8) {
+    throw_invalid("--ranks", "must be in 1..8 (one NVLink domain, at most 8 ranks)",
+                  std::to_string(o.ranks));
+  }
+  if (auto p = opt.get("preset")) {
+    find_preset(*p, "--preset");
+    o.presets = {*p};
+  } else {
+    o.presets = {"dsv4-flash", "h6144-e256-k8"};
+  }
+  o.tokens = opt.get_int_list("tokens", {1, 8, 16, 128});
+  if (o.tokens.empty()) throw_invalid("--tokens", "must list at least one token count");
+  for (const std::int64_t t : o.tokens) {
+    if (t < 1) throw_invalid("--tokens", "token counts per rank must be >= 1", std::to_string(t));
+  }
+  o.check_virtual = opt.has("check-virtual");
+  o.timeout_test = opt.has("timeout-test");
+  if (o.timeout_test && o.ranks < 2) {
+    throw_invalid("--timeout-test", "needs --ranks >= 2 (a rank must be missing)",
+                  std::to_string(o.ranks));
+  }
+  if (auto s = opt.get("seed")) {
+    const std::int64_t v = opt.get_int("seed", 0);
+    if (v < 0) throw_invalid("--seed", "must be >= 0", *s);
+    o.seed = static_cast<std::uint64_t>(v);
+    o.has_seed = true;
+  }
+  o.iters = static_cast<int>(opt.get_int("iters", 20));
+  o.reps = static_cast<int>(opt.get_int("reps", 11));
+  if (o.iters < 1) throw_invalid("--iters", "must be >= 1", std::to_string(o.iters));
+  if (o.reps < 1) throw_invalid("--reps", "must be >= 1", std::to_string(o.reps));
+  o.routing = opt.get_or("routing", "uniform");
+  if (o.routing != "uniform" && o.routing != "zipf" && o.routing != "masked20") {
+    throw_invalid("--routing", "must be uniform, zipf or masked20", o.routing);
+  }
+  o.group_timeout_ms = opt.get_int("group-timeout-ms", 600000);
+  o.peer_timeout_ms = opt.get_int("peer-timeout-ms", 2000);
+  if (o.group_timeout_ms < 1) {
+    throw_invalid("--group-timeout-ms", "must be >= 1", std::to_string(o.group_timeout_ms));
+  }
+  if (o.peer_timeout_ms < 1) {
+    throw_invalid("--peer-timeout-ms", "must be >= 1", std::to_string(o.peer_timeout_ms));
+  }
+  o.out_prefix = opt.get_or("out", "");
+  return o;
+}
+
+int cmd_bench(Args args) {
+  for (const std::string_view a : args) {
+    if (a == "--help" || a == "-h") {
+      std::printf("%s", kHelp);
+      return 0;
+    }
+  }
+  MultiGpuBenchOptions o = parse_multi_gpu_options(args);
+
+  // A child: run one rank.
+  if (std::optional<runtime::RankChannel> ch = runtime::RankChannel::from_environment()) {
+    if (ch->size() != o.ranks) {
+      throw_invalid("--ranks", "must equal the process group's size " + std::to_string(ch->size()),
+                    std::to_string(o.ranks));
+    }
+    try {
+      return run_bench_rank(o, *ch);
+    } catch (const std::exception& e) {
+      ch->fail(e.what());
+      std::fprintf(stderr, "rank %d: %s\n", ch->rank(), e.what());
+      return 1;
+    }
+  }
+
+  // The parent: spawn, wait, summarize.
+  if (!o.has_seed) o.seed = std::random_device{}() & 0xFFFFFFFFu;
+  runtime::ProcessGroupOptions g;
+  g.ranks = o.ranks;
+  g.argv = {self_executable(), "bench"};
+  for (const std::string_view a : args) g.argv.emplace_back(a);
+  if (!o.has_seed) {
+    g.argv.emplace_back("--seed");
+    g.argv.push_back(std::to_string(o.seed));
+  }
+  if (o.timeout_test) g.env.push_back("MEGAMOE_PEER_TIMEOUT_MS=" + std::to_string(o.peer_timeout_ms));
+  g.timeout = std::chrono::milliseconds(o.group_timeout_ms);
+  std::fprintf(stderr, "megamoe bench: %d rank(s), seed %llu\n", o.ranks,
+               static_cast<unsigned long long>(o.seed));
+  const runtime::GroupReport report = runtime::run_process_group(g);
+  std::fprintf(stderr, "megamoe bench: %s\n", report.summary().c_str());
+  return report.ok() ? 0 : 1;
 }
 
 }  // namespace megamoe::tool

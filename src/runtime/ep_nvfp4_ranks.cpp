@@ -3,6 +3,7 @@
 
 #include <cuda.h>
 
+#include <algorithm>
 #include <span>
 #include <string>
 
@@ -214,12 +215,12 @@ EpRouteCounts EpNvfp4Ranks::route_counts() const {
   return rc;
 }
 
-void EpNvfp4Ranks::pre_dispatch(Stream stream) {
+void EpNvfp4Ranks::pre_dispatch(megamoe::Stream stream) {
   if (tokens_ == 0) throw_invalid("tokens", "set_tokens must run before pre_dispatch");
   mega_moe_pre_dispatch(buffer_, pd_, stream);
 }
 
-void EpNvfp4Ranks::moe(Stream stream) {
+void EpNvfp4Ranks::moe(megamoe::Stream stream) {
   if (tokens_ == 0) throw_invalid("tokens", "set_tokens must run before moe");
   nvfp4_mega_moe(buffer_, weight_views_, outputs_, stream);
 }

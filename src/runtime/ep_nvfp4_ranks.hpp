@@ -47,11 +47,11 @@ class EpNvfp4Ranks {
   std::int64_t tokens() const { return tokens_; }
   EpRouteCounts route_counts() const;
 
-  // mega_moe_pre_dispatch of the driven ranks, then nvfp4_mega_moe: enqueued on `stream`.
-  // With one process per GPU the caller must make every rank's pre-dispatch visible before any
-  // rank's MoE call (docs/multi_gpu.md, "Start of a call").
-  void pre_dispatch(Stream stream);
-  void moe(Stream stream);
+  // mega_moe_pre_dispatch of the driven ranks, then nvfp4_mega_moe: enqueued on `stream`. With
+  // one process per GPU the kernel's entry barrier orders every rank's pre-dispatch before any
+  // rank's phase 0 (docs/multi_gpu.md, "Start of a call").
+  void pre_dispatch(megamoe::Stream stream);
+  void moe(megamoe::Stream stream);
 
   // bf16 bits [T, H] of driven rank `rank` (synchronous copy).
   std::vector<std::uint16_t> output(int rank) const;

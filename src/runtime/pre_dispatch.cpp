@@ -47,6 +47,10 @@ const char* flag(bool b) {
 // A padding CTA clears this many route entries per thread before the grid runs out.
 constexpr std::int64_t kPadEntriesPerThread = 16;
 
+// The FP4 row kernel (sm90_pre_dispatch_fp4_rows.cuh): kFp4RowsPerCta, and its register limit.
+constexpr std::int64_t kFp4RowsPerCta = 4;
+constexpr std::int64_t kFp4RowsMaxHidden = 8192;
+
 struct FunctionKey {
   std::string key;  // the entry name holds every template argument
   CUcontext context;
@@ -117,7 +121,14 @@ std::size_t pitch_of(const BufferRegion& r, std::size_t fallback) {
 
 }  // namespace
 
-int pre_dispatch_threads(const MoEConfig& config) {
+bool pre_dispatch_uses_fp4_rows(const MoEConfig& config, const PreDispatchVariant& variant) {
+  const std::int64_t h = config.shape.hidden;
+  return config.act_format != Format::fp8 && config.act_format != Format::bf16 &&
+         !variant.cta_per_row && h > 0 && h % 32 == 0 && h <= kFp4RowsMaxHidden;
+}
+
+int pre_dispatch_threads(const MoEConfig& config, const PreDispatchVariant& variant) {
+  if (pre_dispatch_uses_fp4_rows(config, variant)) return 32 * kFp4RowsPerCta;
   const auto groups = config.shape.hidden / group_elements(config.act_format);
   return static_cast<int>((groups + 31) / 32 * 32);
 }
@@ -140,6 +151,20 @@ jit::KernelRequest pre_dispatch_request(const MoEConfig& c, const PreDispatchVar
   if (c.shape.top_k < 1 || c.shape.top_k > 32) {
     throw_invalid("config.shape.top_k", "pre-dispatch publishes the routes with one warp: 1..32",
                   std::to_string(c.shape.top_k));
+  }
+  if (pre_dispatch_uses_fp4_rows(c, v)) {
+    const std::string args = std::to_string(h) + ", " + std::to_string(c.shape.top_k) + ", " +
+                             std::to_string(fmt) + ", " + std::to_string(c.max_tokens_per_rank) +
+                             ", " + std::to_string(c.shape.num_experts) + ", " + flag(v.idx64) +
+                             ", " + flag(v.expert_scales);
+    jit::KernelRequest r;
+    r.name = "sm90_pre_dispatch_fp4_rows";
+    r.source = "#include \"megamoe/impls/sm90_pre_dispatch_fp4_rows.cuh\"\n";
+    r.entry = "megamoe::device::pre_dispatch_fp4_rows_kernel<" + args + ">";
+    r.arch = "sm_90a";
+    r.options = {"-fmad=false"};
+    r.arguments = "H, K, format, T_max, E, idx64, expert_scales = " + args;
+    return r;
   }
   const bool ue8m0 = c.act_format == Format::fp8 && c.fp8_scale == Fp8ScaleKind::ue8m0;
   const bool hw = c.act_format == Format::fp8 && v.hw_e4m3;
@@ -170,7 +195,7 @@ std::vector<jit::KernelRequest> pre_dispatch_kernels(const MoEConfig& config) {
 }
 
 void launch_pre_dispatch(const SymmBuffer& buffer, std::span<const PreDispatchInputs> inputs,
-                         megamoe::Stream stream, bool hw_e4m3) {
+                         megamoe::Stream stream, bool hw_e4m3, bool cta_per_row) {
   // Validation first: bad input is reported the same with or without a GPU.
   const validate::BufferFacts facts = validate::buffer_facts(buffer, Device{DeviceKind::cuda, 0});
   validate::validate_pre_dispatch(facts, inputs);
@@ -184,12 +209,13 @@ void launch_pre_dispatch(const SymmBuffer& buffer, std::span<const PreDispatchIn
   const SymmBufferPlan& plan = buffer.plan;
   const std::int64_t k = c.shape.top_k;
   const std::int64_t t_max = c.max_tokens_per_rank;
-  const int threads = pre_dispatch_threads(c);
 
   for (const PreDispatchInputs& in : inputs) {
     const PreDispatchVariant variant{in.topk_idx.dtype == DType::i64, in.expert_scales.defined(),
-                                     hw_e4m3};
+                                     hw_e4m3, cta_per_row};
     const CUfunction function = function_for(pre_dispatch_request(c, variant));
+    const int threads = pre_dispatch_threads(c, variant);
+    const std::int64_t rows_per_cta = pre_dispatch_uses_fp4_rows(c, variant) ? kFp4RowsPerCta : 1;
 
     void* base = buffer.memory->base(in.rank);
     const BufferRegion& rx = plan.region("x");
@@ -225,11 +251,12 @@ void launch_pre_dispatch(const SymmBuffer& buffer, std::span<const PreDispatchIn
     p.error_count = at<std::uint32_t>(base, plan.region("error_count").offset);
     p.num_tokens = static_cast<std::int32_t>(t);
 
-    // One CTA per row (or more when the padding routes need them).
+    // One CTA per row, or per kFp4RowsPerCta rows (more when the padding routes need them).
     const std::int64_t pad_entries = (t_max - t) * k;
     const std::int64_t pad_ctas =
         (pad_entries + threads * kPadEntriesPerThread - 1) / (threads * kPadEntriesPerThread);
-    const std::int64_t ctas = std::max<std::int64_t>({t, pad_ctas, 1});
+    const std::int64_t row_ctas = (t + rows_per_cta - 1) / rows_per_cta;
+    const std::int64_t ctas = std::max<std::int64_t>({row_ctas, pad_ctas, 1});
     LaunchConfig cfg;
     cfg.grid = {static_cast<unsigned>(ctas), 1, 1};
     cfg.block = {static_cast<unsigned>(threads), 1, 1};

@@ -16,6 +16,9 @@ struct PreDispatchVariant {
   // FP8 only: encode e4m3 with the hardware conversion (NaN bytes rewritten to the CPU's) instead
   // of the integer recipe. Both are bitwise equal to the CPU; tests check both.
   bool hw_e4m3 = true;
+  // FP4 only: the one-CTA-per-row kernel instead of the one-warp-per-row kernel (which needs
+  // H <= 8192 and takes it by default). Kept for H > 8192 and for side-by-side benchmarks.
+  bool cta_per_row = false;
 };
 
 // The JIT request for `config` (act_format fp8, mxfp4 or nvfp4). InvalidArgument otherwise.
@@ -25,11 +28,16 @@ jit::KernelRequest pre_dispatch_request(const MoEConfig& config, const PreDispat
 // the default e4m3 mode. Empty when the activation format is bf16.
 std::vector<jit::KernelRequest> pre_dispatch_kernels(const MoEConfig& config);
 
-// Threads per CTA of the kernel for `config` (one per 32 elements for FP4, per 16 for FP8).
-int pre_dispatch_threads(const MoEConfig& config);
+// Whether `variant` of `config` runs the one-warp-per-row FP4 kernel.
+bool pre_dispatch_uses_fp4_rows(const MoEConfig& config, const PreDispatchVariant& variant);
 
-// mega_moe_pre_dispatch with an explicit e4m3 mode (tests and the benchmark compare both).
+// Threads per CTA of the kernel for `config`: 128 (4 rows) for the FP4 row kernel, else one per
+// 32 elements for FP4 and per 16 for FP8.
+int pre_dispatch_threads(const MoEConfig& config, const PreDispatchVariant& variant = {});
+
+// mega_moe_pre_dispatch with an explicit e4m3 mode (tests and the benchmark compare both) and,
+// for FP4, an explicit kernel layout.
 void launch_pre_dispatch(const SymmBuffer& buffer, std::span<const PreDispatchInputs> inputs,
-                         megamoe::Stream stream, bool hw_e4m3);
+                         megamoe::Stream stream, bool hw_e4m3, bool cta_per_row = false);
 
 }  // namespace megamoe::runtime

@@ -1,6 +1,8 @@
-// Pre-dispatch on the GPU against the CPU formats (bytewise): every format, random T (1 ... T_max
-// included), H in {2048, 4096, 7168}, top-k in {1, 6, 8}, masked and out-of-range ids, the error
-// counter, padding rows, CUDA-graph capture with programmatic dependent launch.
+// Pre-dispatch on the GPU against the CPU formats (bytewise): every format, both FP4 kernels
+// (one warp per row, one CTA per row), random T (1 ... T_max included), H in {2048, 2176, 4096,
+// 7168} (2176: a partial last step of the row kernel), top-k in {1, 6, 8}, masked and
+// out-of-range ids, the error counter, padding rows, CUDA-graph capture with programmatic
+// dependent launch.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -114,6 +116,25 @@ void plant_special_rows(HostInputs& in, std::int64_t h, Format format, std::mt19
     x[3] = 0x7FC0;      // NaN
     x[h / 2] = 0xFF80;  // -Inf
     x[h - 5] = 0x7F80;  // +Inf
+  }
+  if (r < in.tokens) {
+    // Small but normal NVFP4 global scale (~2^-101): blocks whose scale * g falls below 2^-100
+    // take the fp64 bounds of the row kernel, the others the fp32 ones.
+    std::uint16_t* x = row(r++);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (std::int64_t i = 0; i < h; ++i) {
+      x[i] = bf16(normal(rng) * std::ldexp(1.0f, -90 - static_cast<int>((i / 16) % 24)));
+    }
+  }
+  if (r < in.tokens) {
+    // Near the bf16 maximum with infinities in the same blocks: MXFP4 scales of 2^126, whose
+    // last e2m1 bound is clamped to +Inf.
+    std::uint16_t* x = row(r++);
+    for (std::int64_t i = 0; i < h; ++i) {
+      x[i] = bf16((i % 3 == 0 ? 3.0e38f : -1.5e38f) / static_cast<float>(1 + (i / 32) % 4));
+    }
+    x[1] = 0x7F80;
+    x[h - 31] = 0xFF80;
   }
 }
 
@@ -354,8 +375,10 @@ class PreDispatchGpu : public ::testing::Test {
 };
 
 // One case: R ranks, each with its own T, launched by one call; returns nothing, checks all.
-void run_case(const Case& c, std::mt19937_64& rng, std::int64_t first_tokens, bool hw_e4m3) {
-  SCOPED_TRACE(describe_case(c) + (hw_e4m3 ? " hw-e4m3" : " soft-e4m3"));
+void run_case(const Case& c, std::mt19937_64& rng, std::int64_t first_tokens, bool hw_e4m3,
+              bool cta_per_row = false) {
+  SCOPED_TRACE(describe_case(c) + (hw_e4m3 ? " hw-e4m3" : " soft-e4m3") +
+               (cta_per_row ? " cta-per-row" : ""));
   const SymmBuffer b = get_symm_buffer_for_mega_moe(config_of(c));
   std::vector<HostInputs> host;
   std::vector<std::uint32_t> errors;
@@ -375,7 +398,7 @@ void run_case(const Case& c, std::mt19937_64& rng, std::int64_t first_tokens, bo
   std::vector<PreDispatchInputs> views;
   for (const DeviceInputs& d : dev) views.push_back(d.view);
   runtime::Stream stream;  // a real stream: launched with programmatic dependent launch
-  runtime::launch_pre_dispatch(b, views, stream.get(), hw_e4m3);
+  runtime::launch_pre_dispatch(b, views, stream.get(), hw_e4m3, cta_per_row);
   stream.synchronize();
   for (int r = 0; r < c.num_ranks; ++r) {
     SCOPED_TRACE("rank " + std::to_string(r) +
@@ -398,7 +421,7 @@ TEST_F(PreDispatchGpu, BytewiseEqualToCpuAcrossTheMatrix) {
                                     {Format::fp8, Fp8ScaleKind::ue8m0}};
   int index = 0;
   for (const Fmt& fmt : formats_under_test) {
-    for (const std::int64_t h : {2048, 4096, 7168}) {
+    for (const std::int64_t h : {2048, 2176, 4096, 7168}) {
       for (const int k : {1, 6, 8}) {
         Case c;
         c.format = fmt.f;
@@ -415,8 +438,9 @@ TEST_F(PreDispatchGpu, BytewiseEqualToCpuAcrossTheMatrix) {
                 : 1 + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(c.t_max));
         ++index;
         run_case(c, rng, t, /*hw_e4m3=*/true);
-        // FP8 both ways: the integer recipe and the hardware conversion.
+        // FP8 both ways: the integer recipe and the hardware conversion; FP4 both kernels.
         if (fmt.f == Format::fp8) run_case(c, rng, t, /*hw_e4m3=*/false);
+        if (fmt.f != Format::fp8) run_case(c, rng, t, /*hw_e4m3=*/true, /*cta_per_row=*/true);
         if (HasFatalFailure()) return;
       }
     }

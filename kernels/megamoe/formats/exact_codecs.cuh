@@ -195,6 +195,9 @@ MEGAMOE_DEVICE u32 lane_sign_mask(u32 d) {
 struct E2m1Bf16x2Encoder {
   u32 bound[7];
 
+  // Bounds filled by the caller (e2m1_bf16x2_bounds_fp32, e2m1_bf16x2_bounds_pow2).
+  E2m1Bf16x2Encoder() = default;
+
   MEGAMOE_DEVICE explicit E2m1Bf16x2Encoder(const E2m1Divider& d) {
 #pragma unroll
     for (int k = 0; k < 7; ++k) bound[k] = ((d.bound[k] + 0xFFFFu) >> 16) * 0x00010001u;
@@ -227,5 +230,69 @@ struct E2m1Bf16x2Encoder {
                        __byte_perm(bytes[2], bytes[3], 0x0040), 0x5410);
   }
 };
+
+}  // namespace megamoe::device::exact
+
+namespace megamoe::device::exact {
+
+// The smallest unit for which e2m1_bf16x2_bounds_fp32 is exact (see there).
+inline constexpr float kE2m1Fp32BoundsMinUnit = 0x1p-100f;
+
+// The E2m1Bf16x2Encoder bounds of E2m1Encoder(E2m1Divider(d)) from fp32 arithmetic alone, for a
+// normal d >= 2^-100 (the fp64 divider costs 7 fp64 products and conversions per block).
+//
+// Each rounding boundary is t + e with t in {0.25, 0.75, ...} and e = +-ulp/2 a power of two, so
+// its product with d is t * d + (e * d): e * d is exact for d >= 2^-100 (its lowest bit stays >=
+// 2^-149), and one fused multiply-add rounded up gives the smallest float >= the exact product.
+// That product is never a float (an odd 25-bit significand times an odd one needs > 24 bits,
+// and it is >= 2^-102, a normal number), so "smallest float >=" is also "smallest float >" for
+// the strict boundaries. Rounding that float up to a bf16 magnitude is then the bound; an
+// overflow gives +Inf (0x7F80), as the fp64 path does.
+MEGAMOE_DEVICE void e2m1_bf16x2_bounds_fp32(float d, u32 (&bound)[7]) {
+  // e * d for |e| = 2^-26 ... 2^-22 (five products; the sign is folded into the fma).
+  const float e26 = __fmul_rn(0x1p-26f, d), e25 = __fmul_rn(0x1p-25f, d);
+  const float e24 = __fmul_rn(0x1p-24f, d), e23 = __fmul_rn(0x1p-23f, d);
+  const float e22 = __fmul_rn(0x1p-22f, d);
+  const float p[7] = {__fmaf_ru(0.25f, d, e26),  __fmaf_ru(0.75f, d, -e25), __fmaf_ru(1.25f, d, e24),
+                      __fmaf_ru(1.75f, d, -e24), __fmaf_ru(2.5f, d, e23),   __fmaf_ru(3.5f, d, -e23),
+                      __fmaf_ru(5.0f, d, e22)};
+#pragma unroll
+  for (int k = 0; k < 7; ++k) {
+    // Round up to a bf16 magnitude and copy it into both 16-bit lanes.
+    bound[k] = __byte_perm(__float_as_uint(p[k]) + 0xFFFFu, 0u, 0x3232);
+  }
+}
+
+// The same bounds for d = 2^e, e in [-15, 126] (MXFP4: s - 127 for every s the recipe makes).
+// Scaling by a power of two moves the rounded-up products by e binades, so each bound is its
+// value at d = 1 plus e in the bf16 exponent field; only the last can pass +Inf (at e = 126),
+// where it is clamped to 0x7F80 like the fp32 overflow.
+MEGAMOE_DEVICE void e2m1_bf16x2_bounds_pow2(int e, u32 (&bound)[7]) {
+  // ceil_bf16(RU_fp32(boundary)) at d = 1: the threshold itself for the inclusive ones, one
+  // bf16 step above for the strict ones.
+  constexpr u32 kAtOne[7] = {0x3E81u, 0x3F40u, 0x3FA1u, 0x3FE0u, 0x4021u, 0x4060u, 0x40A1u};
+  const u32 shift = static_cast<u32>(e * 128);  // wraps for e < 0; the sums below stay >= 0
+#pragma unroll
+  for (int k = 0; k < 7; ++k) {
+    u32 b = kAtOne[k] + shift;
+    if (k == 6) b = b < 0x7F80u ? b : 0x7F80u;
+    bound[k] = b * 0x00010001u;
+  }
+}
+
+// UE4M3 code of e4m3(RN(block_amax / d)) with 0 raised to 1 (nvfp4_block_code with d = g * 6
+// precomputed), from the hardware conversion: for finite r >= 0 it rounds to nearest even and
+// saturates at 448 exactly like e4m3_code (the NaN byte, where they differ, cannot occur here).
+MEGAMOE_DEVICE u32 nvfp4_block_code_hw(float block_amax, float d) {
+  const float r = __fdiv_rn(block_amax, d);
+#ifdef __CUDA_ARCH__
+  u16 pair;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(0.0f), "f"(r));
+  const u32 c = pair & 0xFFu;
+#else
+  const u32 c = e4m3_code(r);
+#endif
+  return c == 0 ? 1u : c;
+}
 
 }  // namespace megamoe::device::exact

@@ -1,11 +1,15 @@
 #pragma once
-// 16-byte global loads and stores.
+// 8- and 16-byte global loads and stores.
 #include "megamoe/common.cuh"
 
 namespace megamoe::device::ptx {
 
 struct u32x4 {
   u32 x, y, z, w;
+};
+
+struct u32x2 {
+  u32 x, y;
 };
 
 // Read-only path for inputs that no thread of this grid writes. volatile: must stay after
@@ -22,6 +26,10 @@ MEGAMOE_DEVICE void store_global_16(void* p, u32x4 v) {
   asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z),
                "r"(v.w)
                : "memory");
+}
+
+MEGAMOE_DEVICE void store_global_8(void* p, u32x2 v) {
+  asm volatile("st.global.v2.u32 [%0], {%1, %2};" ::"l"(p), "r"(v.x), "r"(v.y) : "memory");
 }
 
 }  // namespace megamoe::device::ptx

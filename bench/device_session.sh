@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# One device call: runs the chosen stages from a folder of prebuilt binaries and writes every log
+# under OUT, printing a short summary last. Builds nothing (binaries come from scripts/devbin.sh).
+#
+#   bench/device_session.sh BIN OUT STAGE...
+#   stages: tests nvfp4 nvfp4-pipelined bench bench-pipelined predispatch sanitizer demo python
+set -u
+B=$1
+O=$2
+shift 2
+mkdir -p "$O"
+export MEGAMOE_CACHE_DIR=${MEGAMOE_CACHE_DIR:-/tmp/megamoe-jit}
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1  # never NVLink multicast here
+export MEGAMOE_PEER_TIMEOUT_MS=${MEGAMOE_PEER_TIMEOUT_MS:-10000}
+if [ -z "${MEGAMOE_NCCL_LIBRARY:-}" ]; then
+  lib=$(python3 -c 'import os, nvidia.nccl as n; print(os.path.join(list(n.__path__)[0], "lib", "libnccl.so.2"))' 2>/dev/null)
+  [ -n "$lib" ] && [ -f "$lib" ] && export MEGAMOE_NCCL_LIBRARY=$lib
+fi
+S="$O/summary.txt"
+{
+  echo "date: $(date -u +%FT%TZ)  commit: $(cat "$B/COMMIT" 2>/dev/null)"
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+} >"$S"
+
+# Each test in its own process, so one crash hides nothing.
+run_tests() {  # binary, label, per-test timeout
+  local bin=$1 label=$2 limit=$3 t
+  for t in $("$B/$bin" --gtest_list_tests | awk '/^[^ ]/{s=$1} /^  /{print s $1}'); do
+    if timeout "$limit" "$B/$bin" --gtest_filter="$t" >>"$O/$label.log" 2>&1; then
+      echo "PASS $label $t" >>"$S"
+    else
+      echo "FAIL $label $t (rc $?)" >>"$S"
+    fi
+  done
+}
+
+for stage in "$@"; do
+  echo "== $stage $(date -u +%T)" >>"$S"
+  case $stage in
+    tests)
+      "$B/megamoe" info >>"$S" 2>&1
+      for bin in gpu_test_jit_gpu gpu_test_num_sms gpu_test_peer_memory gpu_test_pre_dispatch \
+        gpu_test_multi_gpu; do
+        [ -x "$B/$bin" ] && run_tests "$bin" "$bin" 120
+      done ;;
+    nvfp4) MEGAMOE_NVFP4_KERNEL=simple run_tests gpu_test_nvfp4_mega_moe nvfp4_simple 150 ;;
+    nvfp4-pipelined)
+      MEGAMOE_NVFP4_KERNEL=pipelined run_tests gpu_test_nvfp4_mega_moe nvfp4_pipelined 150 ;;
+    bench | bench-pipelined)
+      v=simple
+      [ "$stage" = bench-pipelined ] && v=pipelined
+      MEGAMOE_NVFP4_KERNEL=$v timeout 150 "$B/bench_nvfp4_mega_moe" "$O/nvfp4_$v" \
+        >"$O/bench_$v.log" 2>&1
+      echo "rc=$?" >>"$S"
+      [ -f "$O/nvfp4_$v.md" ] && grep -E "uniform|HBM" "$O/nvfp4_$v.md" >>"$S" ;;
+    predispatch)
+      timeout 60 "$B/bench_pre_dispatch" "$O/pre_dispatch_h7168.md" >"$O/pre_dispatch.log" 2>&1
+      grep -E "nvfp4|mxfp4|fp8|Copy|copy" "$O/pre_dispatch_h7168.md" >>"$S" ;;
+    sanitizer)
+      for tool in memcheck racecheck synccheck; do
+        MEGAMOE_PEER_TIMEOUT_MS=60000 timeout 90 compute-sanitizer --tool $tool \
+          "$B/gpu_test_nvfp4_mega_moe" --gtest_filter='*SanitizerSizedCase' >"$O/san_$tool.log" 2>&1
+        echo "$tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$O/san_$tool.log" | tail -1)" >>"$S"
+      done ;;
+    demo)
+      timeout 240 "$B/megamoe" demo --preset dsv4-flash --tokens 128 >"$O/demo.log" 2>&1
+      echo "rc=$?" >>"$S"
+      tail -12 "$O/demo.log" >>"$S" ;;
+    python)
+      export CC=/usr/bin/gcc CXX=/usr/bin/g++
+      (python3 -m pip install -q --no-build-isolation --no-deps . &&
+        PYTHONUNBUFFERED=1 python3 -m pytest tests/python -q -rs) >"$O/python.log" 2>&1
+      echo "rc=$?" >>"$S"
+      tail -15 "$O/python.log" >>"$S" ;;
+    *) echo "unknown stage $stage" >>"$S" ;;
+  esac
+done
+echo "== end $(date -u +%T)" >>"$S"
+cat "$S"

@@ -1,0 +1,156 @@
+#pragma once
+// FP4 activation pre-dispatch (NVFP4, MXFP4) with one warp per token row (docs/pre_dispatch.md).
+//
+// Why not one CTA per row (sm90_pre_dispatch.cuh): with a thread per 32 elements, every thread
+// pays the fixed costs (addresses, routes, padding loop) for 64 bytes of input, NVFP4 needs a
+// CTA barrier for the row amax, and each block's fp64 bounds cost more than its encoding. Here
+// a lane owns 16 consecutive elements (32 bytes: one NVFP4 block, half an MXFP4 block) per step,
+// the whole row stays in registers (H = 7168: 14 steps, 112 registers), every load is issued
+// before any math, the row amax is a warp shuffle reduction, the block bounds come from fp32
+// fused multiply-adds (exact, see exact_codecs.cuh) and each step ends in one 8-byte store.
+//
+// Bitwise equal to the CPU quantizers, like the CTA kernel (same encoder, same recipe steps).
+#include "megamoe/common.cuh"
+#include "megamoe/formats/exact_codecs.cuh"
+#include "megamoe/impls/sm90_pre_dispatch.cuh"
+#include "megamoe/ptx/pdl.cuh"
+#include "megamoe/ptx/vector_memory.cuh"
+
+namespace megamoe::device {
+
+inline constexpr int kFp4RowsPerCta = 4;  // one warp per row
+inline constexpr int kFp4RowsMaxSteps = 16;  // H <= 8192: 128 registers of row data per lane
+
+namespace fp4_rows_detail {
+
+// |bf16| maximum of 8 pairs (16 elements), NaN and Inf skipped, as a 16-bit magnitude. Each
+// |bf16| + 0x80 stays in its 16-bit lane; finite ones (<= 0x7F7F) stay below 0x8000, non-finite
+// ones become negative as s16 and lose to the start value (the bias of a zero).
+MEGAMOE_DEVICE u32 finite_amax16(const u32* pairs) {
+  u32 acc = 0x00800080u;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) acc = __vmaxs2(acc, (pairs[i] & 0x7FFF7FFFu) + 0x00800080u);
+  const u32 lo = acc & 0xFFFFu, hi = acc >> 16;
+  return (lo > hi ? lo : hi) - 0x80u;
+}
+
+MEGAMOE_DEVICE float bf16_bits_value(u32 magnitude16) {
+  return __uint_as_float(magnitude16 << 16);
+}
+
+// The codes of 16 elements (8 pairs) as two words, element 2i in the low nibble of byte i.
+MEGAMOE_DEVICE ptx::u32x2 encode16(const exact::E2m1Bf16x2Encoder& enc, const u32* pairs) {
+  return ptx::u32x2{enc.pack(pairs), enc.pack(pairs + 4)};
+}
+
+}  // namespace fp4_rows_detail
+
+// Warp w of CTA b quantizes row 4b + w; then every CTA clears its share of the padding routes.
+template <int kHidden, int kTopK, int kFormat, int kMaxTokens, int kNumExperts, bool kIdx64,
+          bool kExpertScales>
+__global__ void __launch_bounds__(32 * kFp4RowsPerCta)
+    pre_dispatch_fp4_rows_kernel(const __grid_constant__ PreDispatchParams p) {
+  constexpr int kThreads = 32 * kFp4RowsPerCta;
+  constexpr int kUnits = kHidden / 16;  // 16 elements, 32 input bytes, 8 output bytes each
+  constexpr int kSteps = (kUnits + 31) / 32;
+  constexpr bool kNv = kFormat == kPreDispatchNvfp4;
+  static_assert(kFormat == kPreDispatchNvfp4 || kFormat == kPreDispatchMxfp4, "FP4 only");
+  static_assert(kHidden % 32 == 0, "H must be a multiple of 32");
+  static_assert(kSteps <= kFp4RowsMaxSteps, "the row must fit in registers: H <= 8192");
+  static_assert(kTopK >= 1 && kTopK <= 32, "top-k is published by one warp");
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const int lane = tid & 31;
+  const int row = static_cast<int>(blockIdx.x) * kFp4RowsPerCta + tid / 32;
+
+  // Inputs may come from the previous kernel, and the buffer may still be read by it.
+  ptx::griddep_wait();
+  if (blockIdx.x == 0 && tid == 0) *p.out_num_tokens = p.num_tokens;
+
+  if (row < p.num_tokens) {  // warp-uniform
+    // All loads first: the whole row in flight at once.
+    u32 x[kSteps][8];
+    const u16* src = p.x + row * p.x_row_stride + lane * 16;
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s) {
+      ptx::u32x4 a{0u, 0u, 0u, 0u}, b{0u, 0u, 0u, 0u};
+      if (kUnits % 32 == 0 || s + 1 < kSteps || 32 * s + lane < kUnits) {
+        a = ptx::load_global_nc_16(src + 512 * s);
+        b = ptx::load_global_nc_16(src + 512 * s + 8);
+      }
+      x[s][0] = a.x, x[s][1] = a.y, x[s][2] = a.z, x[s][3] = a.w;
+      x[s][4] = b.x, x[s][5] = b.y, x[s][6] = b.z, x[s][7] = b.w;
+    }
+    pre_dispatch_detail::publish_routes<kTopK, kNumExperts, kIdx64, kExpertScales>(p, row, lane);
+
+    u8* out_row = p.out_x + row * p.out_x_pitch + lane * 8;
+    u8* sf_row = p.out_sf + row * p.out_sf_pitch;
+    u32 amax16[kSteps];
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s) amax16[s] = fp4_rows_detail::finite_amax16(x[s]);
+
+    if constexpr (kNv) {
+      u32 row16 = 0;
+#pragma unroll
+      for (int s = 0; s < kSteps; ++s) row16 = row16 > amax16[s] ? row16 : amax16[s];
+#pragma unroll
+      for (int o = 16; o >= 1; o >>= 1) {
+        const u32 other = __shfl_xor_sync(0xFFFFFFFFu, row16, o);
+        row16 = row16 > other ? row16 : other;
+      }
+      const float g = exact::nvfp4_global_from_amax(fp4_rows_detail::bf16_bits_value(row16));
+      const float d = __fmul_rn(g, 6.0f);
+      if (lane == 0) p.out_global[row] = g;
+#pragma unroll
+      for (int s = 0; s < kSteps; ++s) {
+        const int unit = 32 * s + lane;
+        const u32 code = exact::nvfp4_block_code_hw(fp4_rows_detail::bf16_bits_value(amax16[s]), d);
+        // The CPU divides each element by unit = scale * g; the encoder decides the same codes
+        // from bounds on |x|.
+        const float unit_scale = __fmul_rn(exact::ue4m3_value(code), g);
+        exact::E2m1Bf16x2Encoder enc;
+        if (unit_scale >= exact::kE2m1Fp32BoundsMinUnit) {
+          exact::e2m1_bf16x2_bounds_fp32(unit_scale, enc.bound);
+        } else {
+          enc = exact::E2m1Bf16x2Encoder(exact::E2m1Divider(unit_scale));
+        }
+        const ptx::u32x2 codes = fp4_rows_detail::encode16(enc, x[s]);
+        if (kUnits % 32 == 0 || s + 1 < kSteps || unit < kUnits) {
+          ptx::store_global_8(out_row + 256 * s, codes);
+          sf_row[unit] = static_cast<u8>(code);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int s = 0; s < kSteps; ++s) {
+        const int unit = 32 * s + lane;
+        // An MXFP4 block is the units of lanes 2m and 2m + 1.
+        const u32 other = __shfl_xor_sync(0xFFFFFFFFu, amax16[s], 1);
+        const u32 block16 = amax16[s] > other ? amax16[s] : other;
+        const u32 code = exact::pow2_block_code(fp4_rows_detail::bf16_bits_value(block16), 6.0f);
+        // x * 2^(127-s) and x / 2^(s-127) are the same real, hence the same rounded quotient.
+        exact::E2m1Bf16x2Encoder enc;
+        exact::e2m1_bf16x2_bounds_pow2(static_cast<int>(code) - 127, enc.bound);
+        const ptx::u32x2 codes = fp4_rows_detail::encode16(enc, x[s]);
+        if (kUnits % 32 == 0 || s + 1 < kSteps || unit < kUnits) {
+          ptx::store_global_8(out_row + 256 * s, codes);
+          if ((lane & 1) == 0) sf_row[unit / 2] = static_cast<u8>(code);
+        }
+      }
+    }
+  }
+
+  // Padding rows [T, T_max) of the routing metadata.
+  const i64 entries = (static_cast<i64>(kMaxTokens) - p.num_tokens) * kTopK;
+  const i64 base = static_cast<i64>(p.num_tokens) * kTopK;
+  for (i64 e = static_cast<i64>(blockIdx.x) * kThreads + tid; e < entries;
+       e += static_cast<i64>(gridDim.x) * kThreads) {
+    const i64 r = (base + e) / kTopK;
+    const i64 k = (base + e) % kTopK;
+    p.out_idx[r * p.out_route_pitch + k] = -1;
+    p.out_weights[r * p.out_route_pitch + k] = 0.0f;
+  }
+  ptx::griddep_launch_dependents();
+}
+
+}  // namespace megamoe::device

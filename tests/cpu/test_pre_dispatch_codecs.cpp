@@ -1,0 +1,157 @@
+// The e2m1 shortcuts of the FP4 pre-dispatch kernels (kernels/megamoe/formats/exact_codecs.cuh),
+// compiled for the host (tests/support/megamoe/common.cuh models the intrinsics) and checked
+// against the CPU formats: the fp32 and power-of-two bounds equal the fp64 ones, and the encoder
+// fed with them gives e2m1(RN(x / d)) for every bf16 x.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "../../kernels/megamoe/formats/exact_codecs.cuh"
+#include "megamoe/formats.hpp"
+
+namespace megamoe {
+namespace {
+
+namespace exact = device::exact;
+
+std::string hex(std::uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "0x%08X", v);
+  return buf;
+}
+
+// The bounds of the fp64 divider (the reference of the CTA kernel, checked before).
+void fp64_bounds(float d, std::uint32_t (&b)[7]) {
+  const exact::E2m1Bf16x2Encoder enc{exact::E2m1Divider(d)};
+  for (int k = 0; k < 7; ++k) b[k] = enc.bound[k];
+}
+
+::testing::AssertionResult fp32_bounds_match(float d) {
+  std::uint32_t want[7], got[7];
+  fp64_bounds(d, want);
+  exact::e2m1_bf16x2_bounds_fp32(d, got);
+  for (int k = 0; k < 7; ++k) {
+    if (got[k] != want[k]) {
+      return ::testing::AssertionFailure()
+             << "d = " << d << " (" << hex(std::bit_cast<std::uint32_t>(d)) << ") bound " << k
+             << ": fp32 " << hex(got[k]) << ", fp64 " << hex(want[k]);
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+TEST(PreDispatchCodecs, Fp32BoundsEqualFp64BoundsAboveTheLimit) {
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  // Every binade from 2^-100 to 2^127, random significands, and the binade edges.
+  const std::uint32_t lo = std::bit_cast<std::uint32_t>(exact::kE2m1Fp32BoundsMinUnit);
+  const std::uint32_t hi = std::bit_cast<std::uint32_t>(3.4028235e38f);
+  std::uniform_int_distribution<std::uint32_t> bits(lo, hi);
+  for (int i = 0; i < 2000000; ++i) {
+    ASSERT_TRUE(fp32_bounds_match(std::bit_cast<float>(bits(rng))));
+  }
+  for (std::uint32_t e = lo >> 23; e < 255; ++e) {
+    for (const std::uint32_t m : {0u, 1u, 0x7FFFFFu, 0x400000u, 0x2AAAABu}) {
+      ASSERT_TRUE(fp32_bounds_match(std::bit_cast<float>((e << 23) | m)));
+    }
+  }
+  // The units the NVFP4 kernel forms: UE4M3 scale * g for every scale code.
+  std::uniform_real_distribution<float> log2g(-91.0f, 100.0f);
+  for (int i = 0; i < 20000; ++i) {
+    const float g = std::exp2(log2g(rng));
+    for (std::uint32_t c = 1; c <= 0x7E; ++c) {
+      const float unit = exact::ue4m3_value(c) * g;
+      if (unit >= exact::kE2m1Fp32BoundsMinUnit) ASSERT_TRUE(fp32_bounds_match(unit));
+    }
+  }
+}
+
+TEST(PreDispatchCodecs, Pow2BoundsEqualFp64BoundsForEveryMxfp4Scale) {
+  for (int e = -15; e <= 126; ++e) {
+    std::uint32_t want[7], got[7];
+    fp64_bounds(std::ldexp(1.0f, e), want);
+    exact::e2m1_bf16x2_bounds_pow2(e, got);
+    for (int k = 0; k < 7; ++k) {
+      EXPECT_EQ(got[k], want[k]) << "d = 2^" << e << " bound " << k;
+    }
+  }
+}
+
+// Every bf16 x (NaN and Inf included) through the encoder with the given bounds, against the
+// CPU's e2m1(RN(x / d)).
+::testing::AssertionResult encoder_matches_cpu(const exact::E2m1Bf16x2Encoder& enc, float d) {
+  for (std::uint32_t lo = 0; lo < 0x10000u; lo += 2) {
+    const std::uint32_t pair = lo | ((lo + 1) << 16);
+    const std::uint32_t codes = enc.codes(pair);
+    for (int lane = 0; lane < 2; ++lane) {
+      const auto bits = static_cast<std::uint16_t>(pair >> (16 * lane));
+      const float x = formats::bf16_to_float(bits);
+      const std::uint32_t want = formats::e2m1_from_float(x / d);
+      const std::uint32_t got = (codes >> (16 * lane)) & 0xFu;
+      if (got != want) {
+        return ::testing::AssertionFailure() << "d = " << d << " x = " << x << " (bf16 0x"
+                                             << std::hex << bits << "): got " << got << ", want "
+                                             << want << std::dec;
+      }
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+TEST(PreDispatchCodecs, EncoderWithFp32BoundsEqualsCpuForEveryBf16) {
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> log2g(-91.0f, 100.0f);
+  std::uniform_int_distribution<std::uint32_t> code(1, 0x7E);
+  for (int i = 0; i < 300; ++i) {
+    const float g = std::exp2(log2g(rng));
+    const float unit = exact::ue4m3_value(code(rng)) * g;
+    if (unit < exact::kE2m1Fp32BoundsMinUnit) continue;
+    exact::E2m1Bf16x2Encoder enc;
+    exact::e2m1_bf16x2_bounds_fp32(unit, enc.bound);
+    ASSERT_TRUE(encoder_matches_cpu(enc, unit));
+  }
+}
+
+TEST(PreDispatchCodecs, EncoderWithPow2BoundsEqualsCpuForEveryBf16) {
+  for (int e = -15; e <= 126; ++e) {
+    exact::E2m1Bf16x2Encoder enc;
+    exact::e2m1_bf16x2_bounds_pow2(e, enc.bound);
+    ASSERT_TRUE(encoder_matches_cpu(enc, std::ldexp(1.0f, e))) << "d = 2^" << e;
+  }
+}
+
+// A bound that is one bf16 step off must be caught (the comparison above can fail).
+TEST(PreDispatchCodecs, EncoderCheckCatchesABoundOffByOneStep) {
+  exact::E2m1Bf16x2Encoder enc;
+  exact::e2m1_bf16x2_bounds_fp32(1.0f, enc.bound);
+  enc.bound[3] += 0x00010001u;
+  EXPECT_FALSE(encoder_matches_cpu(enc, 1.0f));
+}
+
+TEST(PreDispatchCodecs, Nvfp4BlockCodeFromPrecomputedDenominatorEqualsCpu) {
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> log2(-130.0f, 115.0f);
+  std::uniform_real_distribution<float> ratio(0.0f, 1.0f);
+  for (int i = 0; i < 1000000; ++i) {
+    const float amax = std::exp2(log2(rng)) * 2688.0f;
+    const float g = exact::nvfp4_global_from_amax(amax);
+    ASSERT_EQ(g, formats::nvfp4_global_scale(amax)) << amax;
+    const float block_amax = formats::round_to_bf16(amax * ratio(rng));
+    ASSERT_EQ(exact::nvfp4_block_code_hw(block_amax, g * 6.0f),
+              formats::nvfp4_block_scale(block_amax, g))
+        << "block amax " << block_amax << " g " << g;
+  }
+}
+
+}  // namespace
+}  // namespace megamoe

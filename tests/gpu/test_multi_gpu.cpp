@@ -1,0 +1,158 @@
+// Multi-GPU expert parallelism (docs/multi_gpu.md). On one GPU: the `nccl` provider with one rank
+// against the `local` provider, bitwise, in this process and through the launcher
+// (`megamoe bench --ranks 1 --check-virtual`, one child process). On >= 2 GPUs: the launcher
+// across every GPU, bitwise equal to R virtual ranks on GPU 0, and the timeout test (the last
+// rank never calls the layer; the others stop with a fault naming rank and phase).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "megamoe/buffer.hpp"
+#include "megamoe/presets.hpp"
+#include "runtime/cuda_driver.hpp"
+#include "runtime/device_memory.hpp"
+#include "runtime/device_select.hpp"
+#include "runtime/ep_nvfp4_ranks.hpp"
+#include "runtime/nccl_library.hpp"
+
+namespace megamoe {
+namespace {
+
+struct ToolRun {
+  int status = -1;
+  std::string output;
+};
+
+ToolRun run_tool(const std::string& args) {
+  const std::string cmd = std::string(MEGAMOE_TOOL_PATH) + " " + args + " 2>&1";
+  ToolRun r;
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return r;
+  char buf[4096];
+  while (std::fgets(buf, sizeof(buf), pipe) != nullptr) r.output += buf;
+  const int st = ::pclose(pipe);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+int count_of(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (std::size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
+  return n;
+}
+
+class MultiGpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (!cuda::driver_available(&why)) GTEST_SKIP() << "no CUDA GPU: " << why;
+    if (!nccl::available(&why)) GTEST_SKIP() << "NCCL unavailable: " << why;
+    // NVLink multicast stays off on the lent machines.
+    ::setenv("NCCL_NVLS_ENABLE", "0", 1);
+    ::setenv("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1", 1);
+    gpus_ = cuda::device_count();
+  }
+  void need_two_gpus() {
+    if (gpus_ < 2) GTEST_SKIP() << "needs >= 2 GPUs, found " << gpus_;
+  }
+  int gpus_ = 0;
+};
+
+// One rank through NCCL symmetric memory against the local provider, same seed: the same bytes.
+TEST_F(MultiGpu, NcclProviderWithOneRankMatchesLocalBitwise) {
+  const std::uint64_t seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const nccl::Library& n = nccl::library();
+  cuda::driver();
+  ncclUniqueId id{};
+  MEGAMOE_NCCL(n.ncclGetUniqueId(&id));
+  ncclComm_t comm = nullptr;
+  MEGAMOE_NCCL(n.ncclCommInitRank(&comm, 1, id, 0));
+
+  struct Shape {
+    MoEShape shape;
+    std::vector<std::int64_t> tokens;
+  };
+  const std::vector<Shape> shapes = {
+      {{1024, 512, 32, 8}, {1, 8, 16, 127, 128}},
+      {find_preset("dsv4-flash").shape, {1, 16}},
+  };
+  runtime::Stream stream;
+  for (const Shape& s : shapes) {
+    MoEConfig c;
+    c.shape = s.shape;
+    c.num_ranks = 1;
+    c.max_tokens_per_rank = 128;
+    SCOPED_TRACE(describe(c));
+    const runtime::EpNvfp4Setup setup{c, seed, {}};
+    {
+      const SymmBuffer nb = get_symm_buffer_for_mega_moe(c, "nccl", comm);
+      const SymmBuffer lb = get_symm_buffer_for_mega_moe(c, "local");
+      ASSERT_EQ(nb.memory->kind(), "nccl");
+      runtime::EpNvfp4Ranks on_nccl(setup, nb);
+      runtime::EpNvfp4Ranks on_local(setup, lb);
+      for (const std::int64_t t : s.tokens) {
+        SCOPED_TRACE("T=" + std::to_string(t));
+        for (runtime::EpNvfp4Ranks* r : {&on_nccl, &on_local}) {
+          r->set_tokens(t);
+          r->pre_dispatch(stream.get());
+          r->moe(stream.get());
+        }
+        stream.synchronize();
+        const std::vector<std::uint16_t> a = on_nccl.output(0), b = on_local.output(0);
+        ASSERT_EQ(a.size(), static_cast<std::size_t>(t * c.shape.hidden));
+        EXPECT_EQ(runtime::count_poison(a), 0) << "rows the kernel never wrote (nccl)";
+        EXPECT_EQ(runtime::first_difference(a, b), -1) << "nccl and local outputs differ";
+        // Not a vacuous comparison: the layer produced non-zero values.
+        std::int64_t nonzero = 0;
+        for (const std::uint16_t v : a) nonzero += (v & 0x7FFFu) != 0 ? 1 : 0;
+        EXPECT_GT(nonzero, static_cast<std::int64_t>(a.size()) / 2);
+      }
+    }
+  }
+  MEGAMOE_NCCL(n.ncclCommDestroy(comm));
+}
+
+// The launcher end to end with one child process: NCCL init from a relayed unique id, the nccl
+// provider, the virtual-rank comparison on the same GPU, timing.
+TEST_F(MultiGpu, LauncherWithOneRankIsBitwiseEqualToTheLocalProvider) {
+  const ToolRun r = run_tool(
+      "bench --ranks 1 --preset dsv4-flash --tokens 1,8,16,128 --check-virtual --iters 2 "
+      "--reps 3");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(count_of(r.output, "bitwise equal"), 4) << r.output;
+  EXPECT_EQ(count_of(r.output, "DIFFERS"), 0) << r.output;
+  EXPECT_NE(r.output.find("all 1 ranks ok"), std::string::npos) << r.output;
+}
+
+TEST_F(MultiGpu, AcrossGpusBitwiseEqualToVirtualRanks) {
+  need_two_gpus();
+  const int ranks = gpus_ >= 8 ? 8 : (gpus_ >= 4 ? 4 : 2);
+  const ToolRun r = run_tool("bench --ranks " + std::to_string(ranks) +
+                             " --preset dsv4-flash --tokens 1,8,16,128 --check-virtual --iters 2 "
+                             "--reps 3");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(count_of(r.output, "bitwise equal"), 4) << r.output;
+  EXPECT_EQ(count_of(r.output, "DIFFERS"), 0) << r.output;
+}
+
+TEST_F(MultiGpu, AMissingRankTimesOutNamingRankAndPhase) {
+  need_two_gpus();
+  const int ranks = 2;
+  const ToolRun r = run_tool("bench --ranks " + std::to_string(ranks) +
+                             " --preset dsv4-flash --tokens 8 --timeout-test "
+                             "--peer-timeout-ms 1500 --group-timeout-ms 300000");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("PASS rank 0: DeviceFault: nvfp4_mega_moe: cross-rank timeout on rank 0"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("rank(s) that did not arrive: 1 "), std::string::npos) << r.output;
+  EXPECT_EQ(count_of(r.output, "FAIL rank"), 0) << r.output;
+}
+
+}  // namespace
+}  // namespace megamoe

@@ -1,0 +1,399 @@
+// One rank of `megamoe bench --ranks R` (docs/multi_gpu.md): NCCL communicator from a unique id
+// relayed by the parent, the `nccl` symmetric buffer, weights and inputs from the shared seed,
+// then per preset and token count: pre-dispatch, the MoE call (its entry barrier orders the ranks),
+// optional bitwise comparison against R virtual ranks on rank 0's GPU, graph-replay timing.
+#include "multi_gpu_rank.hpp"
+
+#include <cuda.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "megamoe/buffer.hpp"
+#include "megamoe/error.hpp"
+#include "megamoe/heuristics.hpp"
+#include "megamoe/presets.hpp"
+#include "runtime/cuda_driver.hpp"
+#include "runtime/device_memory.hpp"
+#include "runtime/device_select.hpp"
+#include "runtime/ep_nvfp4_ranks.hpp"
+#include "runtime/nccl_library.hpp"
+
+namespace megamoe::tool {
+namespace {
+
+using runtime::RankChannel;
+
+ncclComm_t init_nccl(RankChannel& ch) {
+  const nccl::Library& n = nccl::library();
+  ncclUniqueId id{};
+  std::string mine;
+  if (ch.rank() == 0) {
+    MEGAMOE_NCCL(n.ncclGetUniqueId(&id));
+    mine.assign(reinterpret_cast<const char*>(&id), sizeof(id));
+  }
+  const std::string got = ch.broadcast(mine, 0);
+  if (got.size() != sizeof(id)) {
+    throw Error("rank " + std::to_string(ch.rank()) + ": the NCCL unique id arrived with " +
+                std::to_string(got.size()) + " bytes, not " + std::to_string(sizeof(id)));
+  }
+  std::memcpy(&id, got.data(), sizeof(id));
+  ncclComm_t comm = nullptr;
+  MEGAMOE_NCCL(n.ncclCommInitRank(&comm, ch.size(), id, ch.rank()));
+  return comm;
+}
+
+reference::RoutingOptions routing_of(const std::string& name) {
+  reference::RoutingOptions r;
+  if (name == "zipf") r.skew = reference::RoutingSkew::zipf;
+  if (name == "masked20") r.masked_fraction = 0.2;
+  return r;
+}
+
+// The "status" field of a rank's sync region: {timed_out, rank, phase, spare}
+// (kernels/megamoe/comm/rank_barrier.cuh).
+struct KernelStatus {
+  std::uint32_t timed_out = 0, rank = 0, phase = 0, spare = 0;
+};
+
+KernelStatus read_status(const SymmBuffer& b, int rank) {
+  std::size_t offset = b.plan.region("sync").offset;
+  bool found = false;
+  for (const BufferRegion& f : b.plan.sync_fields) {
+    if (f.name == "status") {
+      offset += f.offset;
+      found = true;
+    }
+  }
+  if (!found) throw Unsupported("the buffer plan has no sync field 'status'");
+  KernelStatus s;
+  const auto p = reinterpret_cast<CUdeviceptr>(static_cast<char*>(b.memory->base(rank)) + offset);
+  MEGAMOE_CU(cuda::driver().cuMemcpyDtoH(&s, p, sizeof(s)));
+  return s;
+}
+
+std::string barrier_phase_name(std::uint32_t phase) {
+  switch (phase) {
+    case 1: return "1 (after FC1: rank-local grid barrier, fc2_pool complete)";
+    case 2: return "2 (after FC2: cross-rank barrier, every rank's combine writes)";
+    case 3: return "3 (release: rank-local, CTAs waiting for CTA 0's cross-rank wait)";
+    case 4: return "4 (entry: cross-rank, every rank's pre-dispatch published)";
+    default: return std::to_string(phase) + " (unknown)";
+  }
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+std::string bytes_of(const std::vector<std::uint16_t>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * 2);
+}
+
+std::vector<std::uint16_t> words_of(const std::string& s) {
+  std::vector<std::uint16_t> v(s.size() / 2);
+  std::memcpy(v.data(), s.data(), v.size() * 2);
+  return v;
+}
+
+// Milliseconds per MoE call: a graph of `iters` calls, launched `reps` times, each launch after
+// a host barrier so every rank's replay starts together.
+double time_moe_ms(runtime::EpNvfp4Ranks& ranks, const runtime::Stream& stream, int iters, int reps,
+                   RankChannel& ch) {
+  const cuda::Driver& d = cuda::driver();
+  CUgraph graph = nullptr;
+  CUgraphExec exec = nullptr;
+  MEGAMOE_CU(d.cuStreamBeginCapture(stream.get(), CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+  for (int i = 0; i < iters; ++i) ranks.moe(stream.get());
+  MEGAMOE_CU(d.cuStreamEndCapture(stream.get(), &graph));
+  MEGAMOE_CU(d.cuGraphInstantiateWithFlags(&exec, graph, 0));
+  d.cuGraphDestroy(graph);
+  runtime::Event start, stop;
+  std::vector<double> ms;
+  for (int r = -1; r < reps; ++r) {  // r = -1: warm-up
+    ch.barrier();
+    start.record(stream.get());
+    MEGAMOE_CU(d.cuGraphLaunch(exec, stream.get()));
+    stop.record(stream.get());
+    stop.synchronize();
+    if (r >= 0) ms.push_back(static_cast<double>(stop.elapsed_ms_since(start)) / iters);
+  }
+  d.cuGraphExecDestroy(exec);
+  return median(ms);
+}
+
+struct Table {
+  std::string md, csv;
+  void row(const std::string& md_line, const std::string& csv_line) {
+    md += md_line;
+    csv += csv_line;
+    std::printf("%s", md_line.c_str());
+    std::fflush(stdout);
+  }
+};
+
+// The comparison of every rank's NCCL output with the virtual run, on rank 0. "" when equal.
+std::string compare_with_virtual(const std::vector<std::string>& gathered,
+                                 runtime::EpNvfp4Ranks& virt, const MoEConfig& c,
+                                 std::int64_t tokens) {
+  std::string problems;
+  for (int r = 0; r < c.num_ranks; ++r) {
+    const std::vector<std::uint16_t> multi = words_of(gathered[static_cast<std::size_t>(r)]);
+    const std::vector<std::uint16_t> local = virt.output(r);
+    const std::int64_t j = runtime::first_difference(multi, local);
+    if (j < 0) continue;
+    char line[256];
+    const std::int64_t h = c.shape.hidden;
+    std::snprintf(line, sizeof(line),
+                  "rank %d T=%lld: first difference at token %lld column %lld: nccl 0x%04x, "
+                  "virtual 0x%04x\n",
+                  r, static_cast<long long>(tokens), static_cast<long long>(j / h),
+                  static_cast<long long>(j % h),
+                  j < static_cast<std::int64_t>(multi.size()) ? multi[static_cast<std::size_t>(j)]
+                                                              : 0u,
+                  j < static_cast<std::int64_t>(local.size()) ? local[static_cast<std::size_t>(j)]
+                                                              : 0u);
+    problems += line;
+  }
+  return problems;
+}
+
+// Rank R-1 pre-dispatches but never calls the layer; the others must stop at the kernel's entry
+// barrier (phase 4, or 3 when a CTA's release wait expires first) with a fault naming rank and
+// phase. Exits the process (the waiting ranks' contexts are dead).
+[[noreturn]] void timeout_test(runtime::EpNvfp4Ranks& ranks, const SymmBuffer& buffer,
+                               const runtime::Stream& stream, std::int64_t tokens,
+                               std::int64_t peer_timeout_ms, RankChannel& ch) {
+  const int me = ch.rank(), last = ch.size() - 1;
+  ch.phase("timeout-test: pre-dispatch");
+  ranks.set_tokens(tokens);
+  ranks.pre_dispatch(stream.get());
+  stream.synchronize();
+  ch.barrier();
+  std::string mine;
+  if (me == last) {
+    ch.phase("timeout-test: skipping the MoE call");
+    mine = "skipped";
+  } else {
+    ch.phase("timeout-test: moe");
+    try {
+      ranks.moe(stream.get());
+      stream.synchronize();
+      mine = "completed";
+    } catch (const CudaError& e) {
+      mine = std::string("fault: ") + e.what();
+    }
+  }
+  const std::vector<std::string> all = ch.all_gather(mine);
+  // The rank that skipped still has a working context: it reads every rank's status word
+  // through its peer mapping (a trapped process cannot read its own device memory any more).
+  std::string statuses;
+  if (me == last) {
+    for (int p = 0; p < ch.size(); ++p) {
+      const KernelStatus s = read_status(buffer, p);
+      statuses.append(reinterpret_cast<const char*>(&s), sizeof(s));
+    }
+  }
+  statuses = ch.broadcast(statuses, last);
+  bool ok = true;
+  std::string verdict;
+  if (me != last) {
+    KernelStatus s;
+    std::memcpy(&s, statuses.data() + static_cast<std::size_t>(me) * sizeof(s), sizeof(s));
+    std::string missing;
+    for (int q = 0; q < ch.size(); ++q) {
+      if (all[static_cast<std::size_t>(q)] == "skipped") {
+        missing += (missing.empty() ? "" : ", ") + std::to_string(q);
+      }
+    }
+    const DeviceFault fault(
+        "nvfp4_mega_moe: cross-rank timeout on rank " + std::to_string(me) +
+        ": the kernel stopped waiting in phase " + barrier_phase_name(s.phase) + " after " +
+        std::to_string(peer_timeout_ms) + " ms (status word: timed_out=" +
+        std::to_string(s.timed_out) + ", rank=" + std::to_string(s.rank) +
+        "); rank(s) that did not arrive: " + (missing.empty() ? "none" : missing) + " (" +
+        mine + ")");
+    const bool named = s.timed_out == 1 && s.rank == static_cast<std::uint32_t>(me) &&
+                       (s.phase == 4 || s.phase == 3) && missing == std::to_string(last) &&
+                       mine.starts_with("fault: ");
+    ok = named;
+    verdict = std::string(named ? "PASS" : "FAIL") + " rank " + std::to_string(me) +
+              ": DeviceFault: " + fault.what();
+    std::printf("%s\n", verdict.c_str());
+    std::fflush(stdout);
+    ch.report(verdict);
+  } else {
+    ch.report("skipped the MoE call");
+  }
+  // No teardown: contexts that trapped cannot free anything, and NCCL's destroy would wait on
+  // them.
+  std::fflush(stdout);
+  std::_Exit(ok ? 0 : 1);
+}
+
+}  // namespace
+
+double nvlink_payload_bytes(std::int64_t hidden, std::int64_t remote_in) {
+  const double per_route = static_cast<double>(hidden / 2 + hidden / 16 + 8 + 2 * hidden);
+  return per_route * static_cast<double>(remote_in);
+}
+
+double nvlink_kernel_bytes_model(std::int64_t hidden, std::int64_t inter, int top_k, int ranks,
+                                 std::int64_t tokens, int ctas, std::int64_t remote_in) {
+  const double rows = static_cast<double>(remote_in);
+  const double fc1_reads = rows * static_cast<double>(inter / 32) *
+                           static_cast<double>(hidden / 2 + hidden / 16);
+  const double route_meta = rows * 8.0;
+  const double combine = rows * 2.0 * static_cast<double>(hidden);
+  const double phase0 = static_cast<double>(ctas) * (ranks - 1) * static_cast<double>(tokens) *
+                        top_k * 4.0;
+  return fc1_reads + route_meta + combine + phase0;
+}
+
+int run_bench_rank(const MultiGpuBenchOptions& o, RankChannel& ch) {
+  const int me = ch.rank(), R = ch.size();
+  ch.phase("cuda-init");
+  // MEGAMOE_DEVICE already made GPU `rank` the default; selecting it again makes a mismatch
+  // (a caller overriding MEGAMOE_DEVICE) impossible to miss.
+  cuda::select_device(me);
+  const runtime::DeviceProperties props = runtime::device_properties(me);
+  ch.phase("nccl-init");
+  const ncclComm_t comm = init_nccl(ch);
+  const std::int64_t t_max = *std::max_element(o.tokens.begin(), o.tokens.end());
+  bool all_ok = true;
+  Table table;
+  if (me == 0) {
+    char head[512];
+    std::snprintf(head, sizeof(head),
+                  "# megamoe bench --ranks %d: NVFP4 MegaMoE, one process per GPU (nccl provider)"
+                  "\n\n%s, driver %d, NCCL %d, seed %llu, routing %s, %d calls per graph, median "
+                  "of %d\n\n",
+                  R, props.name.c_str(), props.driver_version, nccl::library().version,
+                  static_cast<unsigned long long>(o.seed), o.routing.c_str(), o.iters, o.reps);
+    table.row(head, "");
+    table.row(
+        "| preset | R | T/rank | BLOCK_M | us/call (slowest rank) | remote routes in (max rank) | "
+        "payload MB/rank | payload GB/s | kernel MB/rank (model) | kernel GB/s (model) | "
+        "virtual check |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "preset,ranks,tokens,block_m,us,remote_in_max,payload_bytes,payload_gbs,"
+        "kernel_bytes_model,kernel_gbs_model,check\n");
+  }
+
+  for (const std::string& preset_name : o.presets) {
+    MoEConfig c;
+    c.shape = find_preset(preset_name).shape;
+    c.num_ranks = R;
+    c.max_tokens_per_rank = t_max;
+    ch.phase(preset_name + ": buffer");
+    const SymmBuffer buffer = get_symm_buffer_for_mega_moe(c, "nccl", comm);
+    ch.phase(preset_name + ": weights");
+    const runtime::EpNvfp4Setup setup{c, o.seed, routing_of(o.routing)};
+    runtime::EpNvfp4Ranks ranks(setup, buffer);
+    runtime::Stream stream;
+    if (o.timeout_test) timeout_test(ranks, buffer, stream, o.tokens.front(), o.peer_timeout_ms, ch);
+
+    std::unique_ptr<SymmBuffer> virtual_buffer;
+    std::unique_ptr<runtime::EpNvfp4Ranks> virtual_ranks;
+    for (const std::int64_t T : o.tokens) {
+      const std::string where = preset_name + " T=" + std::to_string(T);
+      ch.phase(where + ": pre-dispatch");
+      ranks.set_tokens(T);
+      ranks.pre_dispatch(stream.get());
+      stream.synchronize();
+      // No host barrier here: the kernel's own entry barrier (separate processes) must make
+      // every rank's pre-dispatch visible before phase 0 reads it -- this run tests it.
+      ch.phase(where + ": moe");
+      ranks.moe(stream.get());
+      stream.synchronize();
+      const std::vector<std::uint16_t> out = ranks.output(me);
+      std::string check = "-";
+      std::string problems;
+      if (const std::int64_t unwritten = runtime::count_poison(out); unwritten != 0) {
+        problems += "rank " + std::to_string(me) + " " + where + ": " +
+                    std::to_string(unwritten) + " output elements never written\n";
+      }
+      if (o.check_virtual) {
+        ch.phase(where + ": virtual check");
+        const std::vector<std::string> gathered = ch.gather(bytes_of(out), 0);
+        if (me == 0) {
+          if (!virtual_ranks) {
+            virtual_buffer = std::make_unique<SymmBuffer>(get_symm_buffer_for_mega_moe(c));
+            virtual_ranks = std::make_unique<runtime::EpNvfp4Ranks>(setup, *virtual_buffer);
+          }
+          virtual_ranks->set_tokens(T);
+          virtual_ranks->pre_dispatch(stream.get());
+          virtual_ranks->moe(stream.get());
+          stream.synchronize();
+          const std::string diff = compare_with_virtual(gathered, *virtual_ranks, c, T);
+          problems += diff;
+          check = diff.empty() ? "bitwise equal" : "DIFFERS";
+        }
+      }
+      ch.phase(where + ": timing");
+      const double ms = time_moe_ms(ranks, stream, o.iters, o.reps, ch);
+      // Back-to-back calls on unchanged inputs must reproduce the first output exactly.
+      if (runtime::first_difference(ranks.output(me), out) >= 0) {
+        problems += "rank " + std::to_string(me) + " " + where +
+                    ": the output changed across repeated calls\n";
+      }
+      const runtime::EpRouteCounts rc = ranks.route_counts();
+      char stats[128];
+      std::snprintf(stats, sizeof(stats), "%.6f", ms);
+      const std::vector<std::string> times = ch.gather(stats, 0);
+      const std::vector<std::string> problem_lists = ch.gather(problems, 0);
+      if (!problems.empty()) all_ok = false;
+      if (me != 0) continue;
+      double slowest = 0;
+      for (const std::string& t : times) slowest = std::max(slowest, std::atof(t.c_str()));
+      std::string all_problems;
+      for (const std::string& p : problem_lists) all_problems += p;
+      if (!all_problems.empty()) {
+        std::fprintf(stderr, "%s", all_problems.c_str());
+        all_ok = false;
+        if (check != "DIFFERS") check = "FAILED";
+      }
+      const std::int64_t rin = *std::max_element(rc.remote_in.begin(), rc.remote_in.end());
+      const double payload = nvlink_payload_bytes(c.shape.hidden, rin);
+      const double kernel = nvlink_kernel_bytes_model(c.shape.hidden, c.shape.intermediate,
+                                                      c.shape.top_k, R, T, get_num_sms(), rin);
+      const double s = slowest * 1e-3;
+      char md[512], csv[512];
+      std::snprintf(md, sizeof(md),
+                    "| %s | %d | %lld | %d | %.1f | %lld | %.3f | %.1f | %.3f | %.1f | %s |\n",
+                    preset_name.c_str(), R, static_cast<long long>(T),
+                    get_block_m_for_mega_moe(c, T), slowest * 1e3, static_cast<long long>(rin),
+                    payload / 1e6, payload / s / 1e9, kernel / 1e6, kernel / s / 1e9,
+                    check.c_str());
+      std::snprintf(csv, sizeof(csv), "%s,%d,%lld,%d,%.3f,%lld,%.0f,%.3f,%.0f,%.3f,%s\n",
+                    preset_name.c_str(), R, static_cast<long long>(T),
+                    get_block_m_for_mega_moe(c, T), slowest * 1e3, static_cast<long long>(rin),
+                    payload, payload / s / 1e9, kernel, kernel / s / 1e9, check.c_str());
+      table.row(md, csv);
+    }
+    ch.phase(preset_name + ": teardown");
+    // Window deregistration is collective: every rank frees its buffer at the same point.
+    ch.barrier();
+  }
+  if (me == 0 && !o.out_prefix.empty()) {
+    for (const auto& [ext, text] : {std::pair{".md", &table.md}, std::pair{".csv", &table.csv}}) {
+      if (FILE* f = std::fopen((o.out_prefix + ext).c_str(), "w")) {
+        std::fputs(text->c_str(), f);
+        std::fclose(f);
+      }
+    }
+  }
+  ch.phase("nccl-destroy");
+  MEGAMOE_NCCL(nccl::library().ncclCommDestroy(comm));
+  ch.report(me == 0 ? table.md : std::string());
+  return all_ok ? 0 : 1;
+}
+
+}  // namespace megamoe::tool
