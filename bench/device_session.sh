@@ -6,9 +6,10 @@
 #   stages: tests nvfp4 nvfp4-pipelined bench bench-pipelined predispatch sanitizer demo python
 set -u
 B=$1
-O=$2
+OUT_DIR=$2
 shift 2
-mkdir -p "$O"
+# Logs go to a scratch folder and come back as one archive (the device tool returns few files).
+O=$(mktemp -d)
 export MEGAMOE_CACHE_DIR=${MEGAMOE_CACHE_DIR:-/tmp/megamoe-jit}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1  # never NVLink multicast here
 export MEGAMOE_PEER_TIMEOUT_MS=${MEGAMOE_PEER_TIMEOUT_MS:-10000}
@@ -76,4 +77,7 @@ for stage in "$@"; do
   esac
 done
 echo "== end $(date -u +%T)" >>"$S"
+mkdir -p "$OUT_DIR"
+cp "$S" "$OUT_DIR/summary.txt"
+tar czf "$OUT_DIR/logs.tgz" -C "$O" .
 cat "$S"

@@ -138,8 +138,8 @@ int main(int argc, char** argv) {
       c.max_tokens_per_rank = tokens;
       const SymmBuffer buf = get_symm_buffer_for_mega_moe(c);
       const PreDispatchInputs inputs[] = {in};
-      const double us = median_us(
-          stream.get(), [&] { runtime::launch_pre_dispatch(buf, inputs, stream.get(), v.hw, v.cta_per_row);
+      const double us = median_us(stream.get(), [&] {
+        runtime::launch_pre_dispatch(buf, inputs, stream.get(), v.hw, v.cta_per_row);
       });
       // Bytes the kernel must move: x read, routes read, every output written once.
       const double t = static_cast<double>(tokens), h = static_cast<double>(hidden),

@@ -133,7 +133,8 @@ int cmd_bench(Args args) {
     g.argv.emplace_back("--seed");
     g.argv.push_back(std::to_string(o.seed));
   }
-  if (o.timeout_test) g.env.push_back("MEGAMOE_PEER_TIMEOUT_MS=" + std::to_string(o.peer_timeout_ms));
+  if (o.timeout_test)
+    g.env.push_back("MEGAMOE_PEER_TIMEOUT_MS=" + std::to_string(o.peer_timeout_ms));
   g.timeout = std::chrono::milliseconds(o.group_timeout_ms);
   std::fprintf(stderr, "megamoe bench: %d rank(s), seed %llu\n", o.ranks,
                static_cast<unsigned long long>(o.seed));

@@ -81,11 +81,16 @@ KernelStatus read_status(const SymmBuffer& b, int rank) {
 
 std::string barrier_phase_name(std::uint32_t phase) {
   switch (phase) {
-    case 1: return "1 (after FC1: rank-local grid barrier, fc2_pool complete)";
-    case 2: return "2 (after FC2: cross-rank barrier, every rank's combine writes)";
-    case 3: return "3 (release: rank-local, CTAs waiting for CTA 0's cross-rank wait)";
-    case 4: return "4 (entry: cross-rank, every rank's pre-dispatch published)";
-    default: return std::to_string(phase) + " (unknown)";
+    case 1:
+      return "1 (after FC1: rank-local grid barrier, fc2_pool complete)";
+    case 2:
+      return "2 (after FC2: cross-rank barrier, every rank's combine writes)";
+    case 3:
+      return "3 (release: rank-local, CTAs waiting for CTA 0's cross-rank wait)";
+    case 4:
+      return "4 (entry: cross-rank, every rank's pre-dispatch published)";
+    default:
+      return std::to_string(phase) + " (unknown)";
   }
 }
 
@@ -152,15 +157,14 @@ std::string compare_with_virtual(const std::vector<std::string>& gathered,
     if (j < 0) continue;
     char line[256];
     const std::int64_t h = c.shape.hidden;
-    std::snprintf(line, sizeof(line),
-                  "rank %d T=%lld: first difference at token %lld column %lld: nccl 0x%04x, "
-                  "virtual 0x%04x\n",
-                  r, static_cast<long long>(tokens), static_cast<long long>(j / h),
-                  static_cast<long long>(j % h),
-                  j < static_cast<std::int64_t>(multi.size()) ? multi[static_cast<std::size_t>(j)]
-                                                              : 0u,
-                  j < static_cast<std::int64_t>(local.size()) ? local[static_cast<std::size_t>(j)]
-                                                              : 0u);
+    std::snprintf(
+        line, sizeof(line),
+        "rank %d T=%lld: first difference at token %lld column %lld: nccl 0x%04x, "
+        "virtual 0x%04x\n",
+        r, static_cast<long long>(tokens), static_cast<long long>(j / h),
+        static_cast<long long>(j % h),
+        j < static_cast<std::int64_t>(multi.size()) ? multi[static_cast<std::size_t>(j)] : 0u,
+        j < static_cast<std::int64_t>(local.size()) ? local[static_cast<std::size_t>(j)] : 0u);
     problems += line;
   }
   return problems;
@@ -214,13 +218,13 @@ std::string compare_with_virtual(const std::vector<std::string>& gathered,
         missing += (missing.empty() ? "" : ", ") + std::to_string(q);
       }
     }
-    const DeviceFault fault(
-        "nvfp4_mega_moe: cross-rank timeout on rank " + std::to_string(me) +
-        ": the kernel stopped waiting in phase " + barrier_phase_name(s.phase) + " after " +
-        std::to_string(peer_timeout_ms) + " ms (status word: timed_out=" +
-        std::to_string(s.timed_out) + ", rank=" + std::to_string(s.rank) +
-        "); rank(s) that did not arrive: " + (missing.empty() ? "none" : missing) + " (" +
-        mine + ")");
+    const DeviceFault fault("nvfp4_mega_moe: cross-rank timeout on rank " + std::to_string(me) +
+                            ": the kernel stopped waiting in phase " + barrier_phase_name(s.phase) +
+                            " after " + std::to_string(peer_timeout_ms) +
+                            " ms (status word: timed_out=" + std::to_string(s.timed_out) +
+                            ", rank=" + std::to_string(s.rank) +
+                            "); rank(s) that did not arrive: " +
+                            (missing.empty() ? "none" : missing) + " (" + mine + ")");
     const bool named = s.timed_out == 1 && s.rank == static_cast<std::uint32_t>(me) &&
                        (s.phase == 4 || s.phase == 3) && missing == std::to_string(last) &&
                        mine.starts_with("fault: ");
@@ -249,12 +253,12 @@ double nvlink_payload_bytes(std::int64_t hidden, std::int64_t remote_in) {
 double nvlink_kernel_bytes_model(std::int64_t hidden, std::int64_t inter, int top_k, int ranks,
                                  std::int64_t tokens, int ctas, std::int64_t remote_in) {
   const double rows = static_cast<double>(remote_in);
-  const double fc1_reads = rows * static_cast<double>(inter / 32) *
-                           static_cast<double>(hidden / 2 + hidden / 16);
+  const double fc1_reads =
+      rows * static_cast<double>(inter / 32) * static_cast<double>(hidden / 2 + hidden / 16);
   const double route_meta = rows * 8.0;
   const double combine = rows * 2.0 * static_cast<double>(hidden);
-  const double phase0 = static_cast<double>(ctas) * (ranks - 1) * static_cast<double>(tokens) *
-                        top_k * 4.0;
+  const double phase0 =
+      static_cast<double>(ctas) * (ranks - 1) * static_cast<double>(tokens) * top_k * 4.0;
   return fc1_reads + route_meta + combine + phase0;
 }
 
@@ -298,7 +302,8 @@ int run_bench_rank(const MultiGpuBenchOptions& o, RankChannel& ch) {
     const runtime::EpNvfp4Setup setup{c, o.seed, routing_of(o.routing)};
     runtime::EpNvfp4Ranks ranks(setup, buffer);
     runtime::Stream stream;
-    if (o.timeout_test) timeout_test(ranks, buffer, stream, o.tokens.front(), o.peer_timeout_ms, ch);
+    if (o.timeout_test)
+      timeout_test(ranks, buffer, stream, o.tokens.front(), o.peer_timeout_ms, ch);
 
     std::unique_ptr<SymmBuffer> virtual_buffer;
     std::unique_ptr<runtime::EpNvfp4Ranks> virtual_ranks;
@@ -317,8 +322,8 @@ int run_bench_rank(const MultiGpuBenchOptions& o, RankChannel& ch) {
       std::string check = "-";
       std::string problems;
       if (const std::int64_t unwritten = runtime::count_poison(out); unwritten != 0) {
-        problems += "rank " + std::to_string(me) + " " + where + ": " +
-                    std::to_string(unwritten) + " output elements never written\n";
+        problems += "rank " + std::to_string(me) + " " + where + ": " + std::to_string(unwritten) +
+                    " output elements never written\n";
       }
       if (o.check_virtual) {
         ch.phase(where + ": virtual check");

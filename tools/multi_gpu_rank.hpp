@@ -18,8 +18,8 @@ struct MultiGpuBenchOptions {
   bool timeout_test = false;         // rank R-1 skips the MoE call; the others must time out
   bool has_seed = false;
   std::uint64_t seed = 0;
-  int iters = 20;  // MoE calls per timed graph
-  int reps = 11;   // timed graph launches (median)
+  int iters = 20;                   // MoE calls per timed graph
+  int reps = 11;                    // timed graph launches (median)
   std::string routing = "uniform";  // uniform | zipf | masked20
   std::int64_t group_timeout_ms = 600000;
   std::int64_t peer_timeout_ms = 2000;  // MEGAMOE_PEER_TIMEOUT_MS of the timeout test

@@ -163,9 +163,10 @@ EpNvfp4Ranks::~EpNvfp4Ranks() = default;
 void EpNvfp4Ranks::set_tokens(std::int64_t tokens) {
   const MoEConfig& c = setup_.config;
   if (tokens < 1 || tokens > c.max_tokens_per_rank) {
-    throw_invalid("tokens", "must be in [1, max_tokens_per_rank = " +
-                                std::to_string(c.max_tokens_per_rank) + "]",
-                  std::to_string(tokens));
+    throw_invalid(
+        "tokens",
+        "must be in [1, max_tokens_per_rank = " + std::to_string(c.max_tokens_per_rank) + "]",
+        std::to_string(tokens));
   }
   tokens_ = tokens;
   // One input set per token count, the same in every process.

@@ -43,7 +43,9 @@ struct Round {
   int arrived = 0;
 };
 
-std::string env_name(const std::string& entry) { return entry.substr(0, entry.find('=')); }
+std::string env_name(const std::string& entry) {
+  return entry.substr(0, entry.find('='));
+}
 
 // The parent's environment minus the names we set, then our defaults, then the caller's extras.
 std::vector<std::string> child_environment(const ProcessGroupOptions& o, int rank, int fd) {
@@ -78,7 +80,8 @@ std::vector<std::string> child_environment(const ProcessGroupOptions& o, int ran
 
 class Group {
  public:
-  explicit Group(const ProcessGroupOptions& o) : o_(o), children_(static_cast<std::size_t>(o.ranks)) {}
+  explicit Group(const ProcessGroupOptions& o)
+      : o_(o), children_(static_cast<std::size_t>(o.ranks)) {}
 
   GroupReport run() {
     spawn_all();
@@ -169,6 +172,7 @@ class Group {
   // Reads what is available and handles every whole frame.
   void drain(int rank) {
     Child& c = children_[static_cast<std::size_t>(rank)];
+    if (c.fd < 0) return;  // closed by a nested reap while the poll results were handled
     char buf[65536];
     const ssize_t got = ::recv(c.fd, buf, sizeof(buf), MSG_DONTWAIT);
     if (got < 0 && (errno == EAGAIN || errno == EINTR)) return;
@@ -388,11 +392,16 @@ void validate(const ProcessGroupOptions& o) {
 
 std::string_view rank_state_name(RankState state) {
   switch (state) {
-    case RankState::ok: return "ok";
-    case RankState::failed: return "failed";
-    case RankState::crashed: return "crashed";
-    case RankState::timed_out: return "timed_out";
-    case RankState::aborted: return "aborted";
+    case RankState::ok:
+      return "ok";
+    case RankState::failed:
+      return "failed";
+    case RankState::crashed:
+      return "crashed";
+    case RankState::timed_out:
+      return "timed_out";
+    case RankState::aborted:
+      return "aborted";
   }
   return "unknown";
 }

@@ -6,9 +6,9 @@
 // the CPU.
 //
 // Children's environment: MEGAMOE_PG_RANK, MEGAMOE_PG_SIZE, MEGAMOE_PG_FD (the child's end of a
-// Unix socket pair: a two-way pipe), MEGAMOE_DEVICE = rank (the GPU the CUDA driver loader makes current), and NVLink
-// multicast off: NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1. Their stdout and stderr
-// are the parent's.
+// Unix socket pair: a two-way pipe), MEGAMOE_DEVICE = rank (the GPU the CUDA driver loader makes
+// current), and NVLink multicast off: NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1. Their
+// stdout and stderr are the parent's.
 #include <chrono>
 #include <cstdint>
 #include <optional>

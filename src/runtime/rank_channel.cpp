@@ -83,7 +83,9 @@ std::string RankChannel::broadcast(std::string_view payload, int root) {
   return all[static_cast<std::size_t>(root)];
 }
 
-void RankChannel::barrier() { all_gather({}); }
+void RankChannel::barrier() {
+  all_gather({});
+}
 
 void RankChannel::report(std::string_view result) {
   if (!wire::send_frame(fd_, wire::Type::result, 0, result)) {

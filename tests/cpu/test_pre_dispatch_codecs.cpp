@@ -53,7 +53,7 @@ TEST(PreDispatchCodecs, Fp32BoundsEqualFp64BoundsAboveTheLimit) {
   const std::uint32_t lo = std::bit_cast<std::uint32_t>(exact::kE2m1Fp32BoundsMinUnit);
   const std::uint32_t hi = std::bit_cast<std::uint32_t>(3.4028235e38f);
   std::uniform_int_distribution<std::uint32_t> bits(lo, hi);
-  for (int i = 0; i < 2000000; ++i) {
+  for (int i = 0; i < 5000000; ++i) {
     ASSERT_TRUE(fp32_bounds_match(std::bit_cast<float>(bits(rng))));
   }
   for (std::uint32_t e = lo >> 23; e < 255; ++e) {
@@ -67,7 +67,9 @@ TEST(PreDispatchCodecs, Fp32BoundsEqualFp64BoundsAboveTheLimit) {
     const float g = std::exp2(log2g(rng));
     for (std::uint32_t c = 1; c <= 0x7E; ++c) {
       const float unit = exact::ue4m3_value(c) * g;
-      if (unit >= exact::kE2m1Fp32BoundsMinUnit) ASSERT_TRUE(fp32_bounds_match(unit));
+      if (unit >= exact::kE2m1Fp32BoundsMinUnit) {
+        ASSERT_TRUE(fp32_bounds_match(unit));
+      }
     }
   }
 }
@@ -95,9 +97,9 @@ TEST(PreDispatchCodecs, Pow2BoundsEqualFp64BoundsForEveryMxfp4Scale) {
       const std::uint32_t want = formats::e2m1_from_float(x / d);
       const std::uint32_t got = (codes >> (16 * lane)) & 0xFu;
       if (got != want) {
-        return ::testing::AssertionFailure() << "d = " << d << " x = " << x << " (bf16 0x"
-                                             << std::hex << bits << "): got " << got << ", want "
-                                             << want << std::dec;
+        return ::testing::AssertionFailure()
+               << "d = " << d << " x = " << x << " (bf16 0x" << std::hex << bits << "): got " << got
+               << ", want " << want << std::dec;
       }
     }
   }
@@ -110,7 +112,7 @@ TEST(PreDispatchCodecs, EncoderWithFp32BoundsEqualsCpuForEveryBf16) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> log2g(-91.0f, 100.0f);
   std::uniform_int_distribution<std::uint32_t> code(1, 0x7E);
-  for (int i = 0; i < 300; ++i) {
+  for (int i = 0; i < 3000; ++i) {
     const float g = std::exp2(log2g(rng));
     const float unit = exact::ue4m3_value(code(rng)) * g;
     if (unit < exact::kE2m1Fp32BoundsMinUnit) continue;
@@ -150,6 +152,36 @@ TEST(PreDispatchCodecs, Nvfp4BlockCodeFromPrecomputedDenominatorEqualsCpu) {
     ASSERT_EQ(exact::nvfp4_block_code_hw(block_amax, g * 6.0f),
               formats::nvfp4_block_scale(block_amax, g))
         << "block amax " << block_amax << " g " << g;
+  }
+}
+
+TEST(PreDispatchCodecs, Bf16x16FiniteAmaxEqualsCpu) {
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<std::uint32_t> any_bits(0, 0xFFFF);
+  // Mostly finite values, with NaN, +-Inf and the largest finite magnitudes mixed in.
+  const std::uint16_t special[] = {0x7F80, 0xFF80, 0x7FC0, 0xFFFF, 0x7F81, 0x7F7F, 0xFF7F, 0x8000};
+  for (int i = 0; i < 2000000; ++i) {
+    std::uint32_t pairs[8];
+    float values[16];
+    const int mode = i % 4;  // random bits, specials, all non-finite, all zero magnitudes
+    for (int j = 0; j < 16; ++j) {
+      std::uint16_t b = static_cast<std::uint16_t>(any_bits(rng));
+      if (mode == 1 && any_bits(rng) % 4 == 0) b = special[any_bits(rng) % 8];
+      if (mode == 2) b = special[any_bits(rng) % 5];
+      if (mode == 3) b = any_bits(rng) % 2 == 0 ? 0x0000 : 0x8000;
+      values[j] = formats::bf16_to_float(b);
+      if (j % 2 == 0) {
+        pairs[j / 2] = b;
+      } else {
+        pairs[j / 2] |= static_cast<std::uint32_t>(b) << 16;
+      }
+    }
+    const float want = formats::finite_abs_max(values);
+    const float got =
+        formats::bf16_to_float(static_cast<std::uint16_t>(exact::bf16x16_finite_amax(pairs)));
+    ASSERT_EQ(std::bit_cast<std::uint32_t>(got), std::bit_cast<std::uint32_t>(want)) << i;
   }
 }
 

@@ -50,6 +50,40 @@ int role_exchange(RankChannel& ch) {
   return 0;
 }
 
+// Payloads of a few MB (the launcher gathers whole outputs): byte j of rank r's payload is
+// (j * 131 + r * 7 + salt) & 0xFF; each rank checks what it receives.
+std::string bulk_payload(int rank, std::size_t bytes, int salt) {
+  std::string s(bytes, '\0');
+  for (std::size_t j = 0; j < bytes; ++j) {
+    s[j] = static_cast<char>((j * 131 + static_cast<std::size_t>(rank) * 7 + salt) & 0xFF);
+  }
+  return s;
+}
+
+int role_bulk(RankChannel& ch) {
+  const std::size_t bytes = 3u << 20;
+  std::string verdict;
+  const std::vector<std::string> all = ch.all_gather(bulk_payload(ch.rank(), bytes, 1));
+  for (int r = 0; r < ch.size(); ++r) {
+    if (all[static_cast<std::size_t>(r)] != bulk_payload(r, bytes, 1)) {
+      verdict += "all_gather:bad" + std::to_string(r) + ";";
+    }
+  }
+  const std::vector<std::string> at0 = ch.gather(bulk_payload(ch.rank(), bytes + 5, 2), 0);
+  if (ch.rank() == 0) {
+    if (at0.size() != static_cast<std::size_t>(ch.size())) verdict += "gather:count;";
+    for (std::size_t r = 0; r < at0.size(); ++r) {
+      if (at0[r] != bulk_payload(static_cast<int>(r), bytes + 5, 2)) {
+        verdict += "gather:bad" + std::to_string(r) + ";";
+      }
+    }
+  } else if (!at0.empty()) {
+    verdict += "gather:non-root-got-data;";
+  }
+  ch.report(verdict.empty() ? "ok" : verdict);
+  return 0;
+}
+
 int role_silent(RankChannel& ch) {
   if (ch.rank() == ch.size() - 1) {
     ch.phase("stuck-in-compute");
@@ -89,6 +123,7 @@ struct ChildRoleRunner {
       if (role == "exchange") code = role_exchange(*ch);
       if (role == "silent") code = role_silent(*ch);
       if (role == "dies") code = role_dies(*ch);
+      if (role == "bulk") code = role_bulk(*ch);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "child role %s: %s\n", role.c_str(), e.what());
       code = 91;
@@ -158,6 +193,12 @@ TEST(ProcessGroup, ChildrenExchangeATokenOnlyRankZeroKnows) {
       EXPECT_EQ(r.state, RankState::ok);
     }
   }
+}
+
+TEST(ProcessGroup, MegabytePayloadsArriveIntact) {
+  const GroupReport g = run_process_group(options_for("bulk", 3));
+  ASSERT_TRUE(g.ok()) << g.summary();
+  for (const RankReport& r : g.ranks) EXPECT_EQ(r.result, "ok") << "rank " << r.rank;
 }
 
 TEST(ProcessGroup, ARankThatNeverReportsIsTimedOutAndNamedWithItsPhase) {

@@ -5,6 +5,8 @@
 // rank never calls the layer; the others stop with a fault naming rank and phase).
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -27,8 +29,19 @@ struct ToolRun {
   std::string output;
 };
 
+// The megamoe tool: $MEGAMOE_TOOL, else the build's own, else the one beside this test binary
+// (a folder of binaries carried to a GPU machine).
+std::string tool_path() {
+  if (const char* env = std::getenv("MEGAMOE_TOOL")) return env;
+  if (::access(MEGAMOE_TOOL_PATH, X_OK) == 0) return MEGAMOE_TOOL_PATH;
+  char self[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  std::string dir = n > 0 ? std::string(self, static_cast<std::size_t>(n)) : std::string();
+  return dir.substr(0, dir.rfind('/') + 1) + "megamoe";
+}
+
 ToolRun run_tool(const std::string& args) {
-  const std::string cmd = std::string(MEGAMOE_TOOL_PATH) + " " + args + " 2>&1";
+  const std::string cmd = tool_path() + " " + args + " 2>&1";
   ToolRun r;
   FILE* pipe = ::popen(cmd.c_str(), "r");
   if (pipe == nullptr) return r;
@@ -56,9 +69,7 @@ class MultiGpu : public ::testing::Test {
     ::setenv("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1", 1);
     gpus_ = cuda::device_count();
   }
-  void need_two_gpus() {
-    if (gpus_ < 2) GTEST_SKIP() << "needs >= 2 GPUs, found " << gpus_;
-  }
+  bool have_two_gpus() const { return gpus_ >= 2; }
   int gpus_ = 0;
 };
 
@@ -130,7 +141,7 @@ TEST_F(MultiGpu, LauncherWithOneRankIsBitwiseEqualToTheLocalProvider) {
 }
 
 TEST_F(MultiGpu, AcrossGpusBitwiseEqualToVirtualRanks) {
-  need_two_gpus();
+  if (!have_two_gpus()) GTEST_SKIP() << "needs >= 2 GPUs, found " << gpus_;
   const int ranks = gpus_ >= 8 ? 8 : (gpus_ >= 4 ? 4 : 2);
   const ToolRun r = run_tool("bench --ranks " + std::to_string(ranks) +
                              " --preset dsv4-flash --tokens 1,8,16,128 --check-virtual --iters 2 "
@@ -141,7 +152,7 @@ TEST_F(MultiGpu, AcrossGpusBitwiseEqualToVirtualRanks) {
 }
 
 TEST_F(MultiGpu, AMissingRankTimesOutNamingRankAndPhase) {
-  need_two_gpus();
+  if (!have_two_gpus()) GTEST_SKIP() << "needs >= 2 GPUs, found " << gpus_;
   const int ranks = 2;
   const ToolRun r = run_tool("bench --ranks " + std::to_string(ranks) +
                              " --preset dsv4-flash --tokens 8 --timeout-test "

@@ -6,6 +6,13 @@
 // the CPU rather than the hardware conversions (whose NaN bytes differ).
 #include "megamoe/common.cuh"
 
+// `#pragma unroll` for the device compilers; nothing when a CPU test compiles this header.
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define MEGAMOE_CODEC_UNROLL _Pragma("unroll")
+#else
+#define MEGAMOE_CODEC_UNROLL
+#endif
+
 namespace megamoe::device::exact {
 
 inline constexpr float kFltMin = 1.17549435e-38f;  // FLT_MIN (no <cfloat> under NVRTC)
@@ -154,7 +161,7 @@ struct E2m1Divider {
     // {boundary, strict}: strict boundaries need the first float strictly above the product.
     constexpr double kBoundary[7] = {0.25 + 0x1p-26, 0.75 - 0x1p-25, 1.25 + 0x1p-24, 1.75 - 0x1p-24,
                                      2.5 + 0x1p-23,  3.5 - 0x1p-23,  5.0 + 0x1p-22};
-#pragma unroll
+    MEGAMOE_CODEC_UNROLL
     for (int k = 0; k < 7; ++k) {
       double p = __dmul_rn(kBoundary[k], dd);  // exact
       if ((k & 1) == 0) {
@@ -199,7 +206,7 @@ struct E2m1Bf16x2Encoder {
   E2m1Bf16x2Encoder() = default;
 
   MEGAMOE_DEVICE explicit E2m1Bf16x2Encoder(const E2m1Divider& d) {
-#pragma unroll
+    MEGAMOE_CODEC_UNROLL
     for (int k = 0; k < 7; ++k) bound[k] = ((d.bound[k] + 0xFFFFu) >> 16) * 0x00010001u;
   }
 
@@ -221,7 +228,7 @@ struct E2m1Bf16x2Encoder {
   // Eight codes of four pairs as one word, element 2i in the low nibble of byte i.
   MEGAMOE_DEVICE u32 pack(const u32* pairs) const {
     u32 bytes[4];
-#pragma unroll
+    MEGAMOE_CODEC_UNROLL
     for (int i = 0; i < 4; ++i) {
       const u32 c = codes(pairs[i]);
       bytes[i] = c | (c >> 12);  // element 1 into bits 4-7
@@ -253,14 +260,27 @@ MEGAMOE_DEVICE void e2m1_bf16x2_bounds_fp32(float d, u32 (&bound)[7]) {
   const float e26 = __fmul_rn(0x1p-26f, d), e25 = __fmul_rn(0x1p-25f, d);
   const float e24 = __fmul_rn(0x1p-24f, d), e23 = __fmul_rn(0x1p-23f, d);
   const float e22 = __fmul_rn(0x1p-22f, d);
-  const float p[7] = {__fmaf_ru(0.25f, d, e26),  __fmaf_ru(0.75f, d, -e25), __fmaf_ru(1.25f, d, e24),
-                      __fmaf_ru(1.75f, d, -e24), __fmaf_ru(2.5f, d, e23),   __fmaf_ru(3.5f, d, -e23),
+  const float p[7] = {__fmaf_ru(0.25f, d, e26), __fmaf_ru(0.75f, d, -e25),
+                      __fmaf_ru(1.25f, d, e24), __fmaf_ru(1.75f, d, -e24),
+                      __fmaf_ru(2.5f, d, e23),  __fmaf_ru(3.5f, d, -e23),
                       __fmaf_ru(5.0f, d, e22)};
-#pragma unroll
+  MEGAMOE_CODEC_UNROLL
   for (int k = 0; k < 7; ++k) {
     // Round up to a bf16 magnitude and copy it into both 16-bit lanes.
     bound[k] = __byte_perm(__float_as_uint(p[k]) + 0xFFFFu, 0u, 0x3232);
   }
+}
+
+// |bf16| maximum of 8 packed pairs (16 elements) as a 16-bit magnitude, NaN and Inf skipped
+// (bf16x2_finite_amax in 2 operations per pair instead of 4): |bf16| + 0x80 stays inside its
+// 16-bit lane, below 0x8000 for finite values (<= 0x7F7F) and at or above it (negative as s16)
+// for the others, which then lose to the start value, the biased zero.
+MEGAMOE_DEVICE u32 bf16x16_finite_amax(const u32* pairs) {
+  u32 acc = 0x00800080u;
+  MEGAMOE_CODEC_UNROLL
+  for (int i = 0; i < 8; ++i) acc = __vmaxs2(acc, (pairs[i] & 0x7FFF7FFFu) + 0x00800080u);
+  const u32 lo = acc & 0xFFFFu, hi = acc >> 16;
+  return (lo > hi ? lo : hi) - 0x80u;
 }
 
 // The same bounds for d = 2^e, e in [-15, 126] (MXFP4: s - 127 for every s the recipe makes).
@@ -272,7 +292,7 @@ MEGAMOE_DEVICE void e2m1_bf16x2_bounds_pow2(int e, u32 (&bound)[7]) {
   // bf16 step above for the strict ones.
   constexpr u32 kAtOne[7] = {0x3E81u, 0x3F40u, 0x3FA1u, 0x3FE0u, 0x4021u, 0x4060u, 0x40A1u};
   const u32 shift = static_cast<u32>(e * 128);  // wraps for e < 0; the sums below stay >= 0
-#pragma unroll
+  MEGAMOE_CODEC_UNROLL
   for (int k = 0; k < 7; ++k) {
     u32 b = kAtOne[k] + shift;
     if (k == 6) b = b < 0x7F80u ? b : 0x7F80u;

@@ -18,21 +18,10 @@
 
 namespace megamoe::device {
 
-inline constexpr int kFp4RowsPerCta = 4;  // one warp per row
+inline constexpr int kFp4RowsPerCta = 4;     // one warp per row
 inline constexpr int kFp4RowsMaxSteps = 16;  // H <= 8192: 128 registers of row data per lane
 
 namespace fp4_rows_detail {
-
-// |bf16| maximum of 8 pairs (16 elements), NaN and Inf skipped, as a 16-bit magnitude. Each
-// |bf16| + 0x80 stays in its 16-bit lane; finite ones (<= 0x7F7F) stay below 0x8000, non-finite
-// ones become negative as s16 and lose to the start value (the bias of a zero).
-MEGAMOE_DEVICE u32 finite_amax16(const u32* pairs) {
-  u32 acc = 0x00800080u;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) acc = __vmaxs2(acc, (pairs[i] & 0x7FFF7FFFu) + 0x00800080u);
-  const u32 lo = acc & 0xFFFFu, hi = acc >> 16;
-  return (lo > hi ? lo : hi) - 0x80u;
-}
 
 MEGAMOE_DEVICE float bf16_bits_value(u32 magnitude16) {
   return __uint_as_float(magnitude16 << 16);
@@ -87,7 +76,7 @@ __global__ void __launch_bounds__(32 * kFp4RowsPerCta)
     u8* sf_row = p.out_sf + row * p.out_sf_pitch;
     u32 amax16[kSteps];
 #pragma unroll
-    for (int s = 0; s < kSteps; ++s) amax16[s] = fp4_rows_detail::finite_amax16(x[s]);
+    for (int s = 0; s < kSteps; ++s) amax16[s] = exact::bf16x16_finite_amax(x[s]);
 
     if constexpr (kNv) {
       u32 row16 = 0;

@@ -1,9 +1,9 @@
 #pragma once
 // Host stand-in for kernels/megamoe/common.cuh, so that CPU tests can compile the device codec
 // headers (kernels/megamoe/formats/*.cuh) and check them against the CPU formats bit for bit.
-// Tests put kernels/ after this directory: `#include "megamoe/formats/exact_codecs.cuh"` needs
-// the relative path below instead, and the codec's own `#include "megamoe/common.cuh"` lands
-// here. Each intrinsic is modelled exactly (IEEE binary32/64 on x86-64 SSE, no contraction).
+// Tests include a codec header by its path from the test (kernels/ is not on their include path)
+// and the header's own `#include "megamoe/common.cuh"` lands here (tests/support is). Each
+// intrinsic is modelled exactly (IEEE binary32/64 on x86-64 SSE, no contraction).
 #include <bit>
 #include <cmath>
 #include <cstdint>
