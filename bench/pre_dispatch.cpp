@@ -116,17 +116,22 @@ int main(int argc, char** argv) {
       Format format;
       Fp8ScaleKind scale;
       bool hw;
-      bool cta_per_row;  // FP4: the previous one-CTA-per-row kernel, side by side
+      bool cta_per_row;   // FP4: the one-CTA-per-row kernel
+      int warps_per_row;  // FP4: warps per row of the row kernel (0: the default layout)
     };
     const Variant variants[] = {
-        {"nvfp4 (warp per row)", Format::nvfp4, Fp8ScaleKind::f32, true, false},
-        {"nvfp4 (CTA per row)", Format::nvfp4, Fp8ScaleKind::f32, true, true},
-        {"mxfp4 (warp per row)", Format::mxfp4, Fp8ScaleKind::f32, true, false},
-        {"mxfp4 (CTA per row)", Format::mxfp4, Fp8ScaleKind::f32, true, true},
-        {"fp8 f32 scales (hw e4m3)", Format::fp8, Fp8ScaleKind::f32, true, false},
-        {"fp8 f32 scales (int e4m3)", Format::fp8, Fp8ScaleKind::f32, false, false},
-        {"fp8 ue8m0 scales (hw e4m3)", Format::fp8, Fp8ScaleKind::ue8m0, true, false},
-        {"fp8 ue8m0 scales (int e4m3)", Format::fp8, Fp8ScaleKind::ue8m0, false, false}};
+        {"nvfp4 (default: 1 warp per row)", Format::nvfp4, Fp8ScaleKind::f32, true, false, 0},
+        {"nvfp4 (2 warps per row)", Format::nvfp4, Fp8ScaleKind::f32, true, false, 2},
+        {"nvfp4 (4 warps per row)", Format::nvfp4, Fp8ScaleKind::f32, true, false, 4},
+        {"nvfp4 (CTA per row)", Format::nvfp4, Fp8ScaleKind::f32, true, true, 0},
+        {"mxfp4 (default: CTA per row)", Format::mxfp4, Fp8ScaleKind::f32, true, false, 0},
+        {"mxfp4 (1 warp per row)", Format::mxfp4, Fp8ScaleKind::f32, true, false, 1},
+        {"mxfp4 (2 warps per row)", Format::mxfp4, Fp8ScaleKind::f32, true, false, 2},
+        {"mxfp4 (4 warps per row)", Format::mxfp4, Fp8ScaleKind::f32, true, false, 4},
+        {"fp8 f32 scales (hw e4m3)", Format::fp8, Fp8ScaleKind::f32, true, false, 0},
+        {"fp8 f32 scales (int e4m3)", Format::fp8, Fp8ScaleKind::f32, false, false, 0},
+        {"fp8 ue8m0 scales (hw e4m3)", Format::fp8, Fp8ScaleKind::ue8m0, true, false, 0},
+        {"fp8 ue8m0 scales (int e4m3)", Format::fp8, Fp8ScaleKind::ue8m0, false, false, 0}};
     for (const Variant& v : variants) {
       MoEConfig c;
       c.shape.hidden = hidden;
@@ -139,7 +144,8 @@ int main(int argc, char** argv) {
       const SymmBuffer buf = get_symm_buffer_for_mega_moe(c);
       const PreDispatchInputs inputs[] = {in};
       const double us = median_us(stream.get(), [&] {
-        runtime::launch_pre_dispatch(buf, inputs, stream.get(), v.hw, v.cta_per_row);
+        runtime::launch_pre_dispatch(buf, inputs, stream.get(), v.hw, v.cta_per_row,
+                                     v.warps_per_row);
       });
       // Bytes the kernel must move: x read, routes read, every output written once.
       const double t = static_cast<double>(tokens), h = static_cast<double>(hidden),

@@ -24,6 +24,12 @@ enum class Nvfp4KernelVersion { simple, pipelined };
 // MEGAMOE_NVFP4_KERNEL=simple|pipelined overrides the default; anything else is InvalidArgument.
 Nvfp4KernelVersion nvfp4_kernel_version();
 
+// Weight-ring depth of the pipelined version (blocks of 128 k in flight per warp: 4, 6 or 8).
+// Default: the deepest that divides both phases' blocks per warp (H / 256 and I / 256), so that
+// no ring slot idles at a work-unit boundary; 4 when none does. MEGAMOE_NVFP4_RING=4|6|8
+// overrides it (tuning); anything else is InvalidArgument.
+int nvfp4_ring_depth(const MoEConfig& config);
+
 jit::KernelRequest nvfp4_mega_moe_request(const MoEConfig& config, int block_m,
                                           Nvfp4KernelVersion version = nvfp4_kernel_version());
 

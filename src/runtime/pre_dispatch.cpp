@@ -47,9 +47,9 @@ const char* flag(bool b) {
 // A padding CTA clears this many route entries per thread before the grid runs out.
 constexpr std::int64_t kPadEntriesPerThread = 16;
 
-// The FP4 row kernel (sm90_pre_dispatch_fp4_rows.cuh): kFp4RowsPerCta, and its register limit.
-constexpr std::int64_t kFp4RowsPerCta = 4;
-constexpr std::int64_t kFp4RowsMaxHidden = 8192;
+// The FP4 row kernel (sm90_pre_dispatch_fp4_rows.cuh): kFp4RowsWarpsPerCta, kFp4RowsMaxSteps.
+constexpr std::int64_t kFp4RowsWarpsPerCta = 4;
+constexpr std::int64_t kFp4RowsMaxSteps = 16;
 
 struct FunctionKey {
   std::string key;  // the entry name holds every template argument
@@ -121,14 +121,22 @@ std::size_t pitch_of(const BufferRegion& r, std::size_t fallback) {
 
 }  // namespace
 
-bool pre_dispatch_uses_fp4_rows(const MoEConfig& config, const PreDispatchVariant& variant) {
+int pre_dispatch_fp4_warps_per_row(const MoEConfig& config, const PreDispatchVariant& variant) {
+  const Format f = config.act_format;
   const std::int64_t h = config.shape.hidden;
-  return config.act_format != Format::fp8 && config.act_format != Format::bf16 &&
-         !variant.cta_per_row && h > 0 && h % 32 == 0 && h <= kFp4RowsMaxHidden;
+  if ((f != Format::nvfp4 && f != Format::mxfp4) || variant.cta_per_row || h <= 0 || h % 32 != 0) {
+    return 0;
+  }
+  int w = variant.fp4_warps_per_row;
+  if (w == 0) w = f == Format::nvfp4 ? 1 : 0;
+  if (w != 1 && w != 2 && w != 4) return 0;
+  // The kernel's register budget: at most kFp4RowsMaxSteps units of 16 elements per lane.
+  const std::int64_t steps = (h / 16 + 32 * w - 1) / (32 * w);
+  return steps <= kFp4RowsMaxSteps ? w : 0;
 }
 
 int pre_dispatch_threads(const MoEConfig& config, const PreDispatchVariant& variant) {
-  if (pre_dispatch_uses_fp4_rows(config, variant)) return 32 * kFp4RowsPerCta;
+  if (pre_dispatch_fp4_warps_per_row(config, variant) != 0) return 32 * kFp4RowsWarpsPerCta;
   const auto groups = config.shape.hidden / group_elements(config.act_format);
   return static_cast<int>((groups + 31) / 32 * 32);
 }
@@ -152,18 +160,18 @@ jit::KernelRequest pre_dispatch_request(const MoEConfig& c, const PreDispatchVar
     throw_invalid("config.shape.top_k", "pre-dispatch publishes the routes with one warp: 1..32",
                   std::to_string(c.shape.top_k));
   }
-  if (pre_dispatch_uses_fp4_rows(c, v)) {
-    const std::string args = std::to_string(h) + ", " + std::to_string(c.shape.top_k) + ", " +
-                             std::to_string(fmt) + ", " + std::to_string(c.max_tokens_per_rank) +
-                             ", " + std::to_string(c.shape.num_experts) + ", " + flag(v.idx64) +
-                             ", " + flag(v.expert_scales);
+  if (const int w = pre_dispatch_fp4_warps_per_row(c, v); w != 0) {
+    const std::string args =
+        std::to_string(h) + ", " + std::to_string(c.shape.top_k) + ", " + std::to_string(fmt) +
+        ", " + std::to_string(w) + ", " + std::to_string(c.max_tokens_per_rank) + ", " +
+        std::to_string(c.shape.num_experts) + ", " + flag(v.idx64) + ", " + flag(v.expert_scales);
     jit::KernelRequest r;
     r.name = "sm90_pre_dispatch_fp4_rows";
     r.source = "#include \"megamoe/impls/sm90_pre_dispatch_fp4_rows.cuh\"\n";
     r.entry = "megamoe::device::pre_dispatch_fp4_rows_kernel<" + args + ">";
     r.arch = "sm_90a";
     r.options = {"-fmad=false"};
-    r.arguments = "H, K, format, T_max, E, idx64, expert_scales = " + args;
+    r.arguments = "H, K, format, warps per row, T_max, E, idx64, expert_scales = " + args;
     return r;
   }
   const bool ue8m0 = c.act_format == Format::fp8 && c.fp8_scale == Fp8ScaleKind::ue8m0;
@@ -195,7 +203,8 @@ std::vector<jit::KernelRequest> pre_dispatch_kernels(const MoEConfig& config) {
 }
 
 void launch_pre_dispatch(const SymmBuffer& buffer, std::span<const PreDispatchInputs> inputs,
-                         megamoe::Stream stream, bool hw_e4m3, bool cta_per_row) {
+                         megamoe::Stream stream, bool hw_e4m3, bool cta_per_row,
+                         int fp4_warps_per_row) {
   // Validation first: bad input is reported the same with or without a GPU.
   const validate::BufferFacts facts = validate::buffer_facts(buffer, Device{DeviceKind::cuda, 0});
   validate::validate_pre_dispatch(facts, inputs);
@@ -212,10 +221,11 @@ void launch_pre_dispatch(const SymmBuffer& buffer, std::span<const PreDispatchIn
 
   for (const PreDispatchInputs& in : inputs) {
     const PreDispatchVariant variant{in.topk_idx.dtype == DType::i64, in.expert_scales.defined(),
-                                     hw_e4m3, cta_per_row};
+                                     hw_e4m3, cta_per_row, fp4_warps_per_row};
     const CUfunction function = function_for(pre_dispatch_request(c, variant));
     const int threads = pre_dispatch_threads(c, variant);
-    const std::int64_t rows_per_cta = pre_dispatch_uses_fp4_rows(c, variant) ? kFp4RowsPerCta : 1;
+    const int warps_per_row = pre_dispatch_fp4_warps_per_row(c, variant);
+    const std::int64_t rows_per_cta = warps_per_row != 0 ? kFp4RowsWarpsPerCta / warps_per_row : 1;
 
     void* base = buffer.memory->base(in.rank);
     const BufferRegion& rx = plan.region("x");
@@ -251,7 +261,7 @@ void launch_pre_dispatch(const SymmBuffer& buffer, std::span<const PreDispatchIn
     p.error_count = at<std::uint32_t>(base, plan.region("error_count").offset);
     p.num_tokens = static_cast<std::int32_t>(t);
 
-    // One CTA per row, or per kFp4RowsPerCta rows (more when the padding routes need them).
+    // One CTA per row, or per 4 / W rows (more when the padding routes need them).
     const std::int64_t pad_entries = (t_max - t) * k;
     const std::int64_t pad_ctas =
         (pad_entries + threads * kPadEntriesPerThread - 1) / (threads * kPadEntriesPerThread);

@@ -16,9 +16,11 @@ struct PreDispatchVariant {
   // FP8 only: encode e4m3 with the hardware conversion (NaN bytes rewritten to the CPU's) instead
   // of the integer recipe. Both are bitwise equal to the CPU; tests check both.
   bool hw_e4m3 = true;
-  // FP4 only: the one-CTA-per-row kernel instead of the one-warp-per-row kernel (which needs
-  // H <= 8192 and takes it by default). Kept for H > 8192 and for side-by-side benchmarks.
+  // FP4 only: the one-CTA-per-row kernel (sm90_pre_dispatch.cuh) whatever the default.
   bool cta_per_row = false;
+  // FP4 only: 1, 2 or 4 warps per row in the row kernel (sm90_pre_dispatch_fp4_rows.cuh); 0 = the
+  // measured default (pre_dispatch_fp4_warps_per_row). Ignored when the row does not fit.
+  int fp4_warps_per_row = 0;
 };
 
 // The JIT request for `config` (act_format fp8, mxfp4 or nvfp4). InvalidArgument otherwise.
@@ -28,16 +30,20 @@ jit::KernelRequest pre_dispatch_request(const MoEConfig& config, const PreDispat
 // the default e4m3 mode. Empty when the activation format is bf16.
 std::vector<jit::KernelRequest> pre_dispatch_kernels(const MoEConfig& config);
 
-// Whether `variant` of `config` runs the one-warp-per-row FP4 kernel.
-bool pre_dispatch_uses_fp4_rows(const MoEConfig& config, const PreDispatchVariant& variant);
+// Warps per row of the FP4 row kernel that `variant` of `config` runs, 0 for the one-CTA-per-row
+// kernel. Default (measured, bench/results/2026-11-29-pre-dispatch.md): NVFP4 one warp per row
+// (equal at H = 7168, +16 % at H = 4096), MXFP4 one CTA per row (the row kernel was 17 % slower
+// at H = 7168).
+int pre_dispatch_fp4_warps_per_row(const MoEConfig& config, const PreDispatchVariant& variant);
 
-// Threads per CTA of the kernel for `config`: 128 (4 rows) for the FP4 row kernel, else one per
-// 32 elements for FP4 and per 16 for FP8.
+// Threads per CTA of the kernel for `config`: 128 for the FP4 row kernel (4 / W rows), else one
+// per 32 elements for FP4 and per 16 for FP8.
 int pre_dispatch_threads(const MoEConfig& config, const PreDispatchVariant& variant = {});
 
 // mega_moe_pre_dispatch with an explicit e4m3 mode (tests and the benchmark compare both) and,
-// for FP4, an explicit kernel layout.
+// for FP4, an explicit kernel layout (the PreDispatchVariant fields of the same names).
 void launch_pre_dispatch(const SymmBuffer& buffer, std::span<const PreDispatchInputs> inputs,
-                         megamoe::Stream stream, bool hw_e4m3, bool cta_per_row = false);
+                         megamoe::Stream stream, bool hw_e4m3, bool cta_per_row = false,
+                         int fp4_warps_per_row = 0);
 
 }  // namespace megamoe::runtime

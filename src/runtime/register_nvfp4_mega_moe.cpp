@@ -1,5 +1,6 @@
 // Kernel requests of the SM90 NVFP4 MegaMoE family (see nvfp4_mega_moe_kernels.hpp).
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 
@@ -63,17 +64,33 @@ Nvfp4KernelVersion nvfp4_kernel_version() {
   throw_invalid("MEGAMOE_NVFP4_KERNEL", "must be 'simple' or 'pipelined'", s);
 }
 
+int nvfp4_ring_depth(const MoEConfig& c) {
+  if (const char* v = std::getenv("MEGAMOE_NVFP4_RING"); v != nullptr && *v != '\0') {
+    const std::string s(v);
+    if (s == "4" || s == "6" || s == "8") return s[0] - '0';
+    throw_invalid("MEGAMOE_NVFP4_RING", "must be 4, 6 or 8", s);
+  }
+  // Blocks of 128 k per warp (two warps split K): a ring depth dividing both keeps every slot
+  // busy across unit boundaries (the ring is aligned to each unit's start).
+  const std::int64_t fc1 = c.shape.hidden / 256, fc2 = c.shape.intermediate / 256;
+  const bool even = c.shape.hidden % 256 == 0 && c.shape.intermediate % 256 == 0;
+  for (int depth : {8, 6}) {
+    if (even && fc1 > 0 && fc2 > 0 && fc1 % depth == 0 && fc2 % depth == 0) return depth;
+  }
+  return 4;
+}
+
 jit::KernelRequest nvfp4_mega_moe_request(const MoEConfig& c, int block_m,
                                           Nvfp4KernelVersion version) {
   const int ns = nvfp4_token_subtile(c, block_m);
-  const std::string args =
-      std::to_string(c.shape.hidden) + ", " + std::to_string(c.shape.intermediate) + ", " +
-      std::to_string(c.experts_per_rank()) + ", " + std::to_string(c.shape.top_k) + ", " +
-      std::to_string(c.num_ranks) + ", " + std::to_string(block_m) + ", " +
-      std::to_string(c.max_tokens_per_rank) + ", " + std::to_string(ns) + ", " +
-      std::to_string(activation_code(c.activation));
+  std::string args = std::to_string(c.shape.hidden) + ", " + std::to_string(c.shape.intermediate) +
+                     ", " + std::to_string(c.experts_per_rank()) + ", " +
+                     std::to_string(c.shape.top_k) + ", " + std::to_string(c.num_ranks) + ", " +
+                     std::to_string(block_m) + ", " + std::to_string(c.max_tokens_per_rank) + ", " +
+                     std::to_string(ns) + ", " + std::to_string(activation_code(c.activation));
   jit::KernelRequest r;
   const bool pipelined = version == Nvfp4KernelVersion::pipelined;
+  if (pipelined) args += ", " + std::to_string(nvfp4_ring_depth(c));
   r.name = pipelined ? "sm90_nvfp4_mega_moe_pipelined" : "sm90_nvfp4_mega_moe";
   r.source = pipelined ? "#include \"megamoe/impls/sm90_nvfp4_mega_moe_pipelined.cuh\"\n"
                        : "#include \"megamoe/impls/sm90_nvfp4_mega_moe.cuh\"\n";
@@ -81,7 +98,8 @@ jit::KernelRequest nvfp4_mega_moe_request(const MoEConfig& c, int block_m,
             (pipelined ? "nvfp4_mega_moe_pipelined_kernel<" : "nvfp4_mega_moe_kernel<") + args +
             ">";
   r.arch = "sm_90a";
-  r.arguments = "H, I, E_local, K, R, BLOCK_M, T_max, NS, act = " + args;
+  r.arguments = std::string("H, I, E_local, K, R, BLOCK_M, T_max, NS, act") +
+                (pipelined ? ", ring" : "") + " = " + args;
   return r;
 }
 

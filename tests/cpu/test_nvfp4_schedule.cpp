@@ -90,5 +90,52 @@ TEST(Nvfp4Schedule, PresetWidths) {
   random_cases<256, 16, 16, 64, 64>(std::random_device{}(), 40);
 }
 
+// The paired token-tile layout: the decode side (paired_word_index) writes every element of a
+// row exactly once, and the 16-byte load of consume (paired_load_index) hands lane (g, t) the
+// m16n8k16 B fragment of each step: b0 = k {16q + 2t, +1}, b1 = k {16q + 8 + 2t, +1}.
+TEST(Nvfp4Schedule, PairedTokenLayoutFeedsEveryFragment) {
+  constexpr int kK = 512;        // four 128-k blocks
+  std::vector<int> pos(kK, -1);  // f16 index -> k
+  for (int blk16 = 0; blk16 < kK / 16; ++blk16) {
+    for (int pair = 0; pair < 8; ++pair) {
+      const int w = paired_word_index(blk16, pair);
+      ASSERT_GE(w, 0);
+      ASSERT_LT(w, kK / 2);
+      for (int e = 0; e < 2; ++e) {
+        ASSERT_EQ(pos[static_cast<std::size_t>(2 * w + e)], -1) << "written twice at " << w;
+        pos[static_cast<std::size_t>(2 * w + e)] = blk16 * 16 + 2 * pair + e;
+      }
+    }
+  }
+  for (int blk = 0; blk < kK / 128; ++blk) {
+    for (int q2 = 0; q2 < 4; ++q2) {
+      for (int t = 0; t < 4; ++t) {
+        const int base = paired_load_index(blk, q2, t);
+        ASSERT_EQ(base % 8, 0) << "16-byte alignment";
+        for (int h = 0; h < 2; ++h) {
+          const int k0 = blk * 128 + (2 * q2 + h) * 16;
+          const int* f = &pos[static_cast<std::size_t>(base + 4 * h)];
+          EXPECT_EQ(f[0], k0 + 2 * t);
+          EXPECT_EQ(f[1], k0 + 2 * t + 1);
+          EXPECT_EQ(f[2], k0 + 8 + 2 * t);
+          EXPECT_EQ(f[3], k0 + 8 + 2 * t + 1);
+        }
+      }
+    }
+  }
+  // Conflict-free 16-byte loads: a quarter warp (rows g, g + 1 of pitch 2 KMAX + 16 bytes, t 0..3)
+  // covers 8 distinct 16-byte bank groups.
+  for (int q2 = 0; q2 < 4; ++q2) {
+    std::set<int> groups;
+    for (int g = 0; g < 2; ++g) {
+      for (int t = 0; t < 4; ++t) {
+        const int bytes = g * (2 * 4096 + 16) + 2 * paired_load_index(0, q2, t);
+        groups.insert((bytes % 128) / 16);
+      }
+    }
+    EXPECT_EQ(groups.size(), 8u) << "q2 " << q2;
+  }
+}
+
 }  // namespace
 }  // namespace megamoe::device::nvfp4_pipe

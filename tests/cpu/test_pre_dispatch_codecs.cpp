@@ -12,7 +12,10 @@
 #include <vector>
 
 #include "../../kernels/megamoe/formats/exact_codecs.cuh"
+#include "jit/compiler.hpp"
+#include "jit_test_support.hpp"
 #include "megamoe/formats.hpp"
+#include "runtime/pre_dispatch_kernel.hpp"
 
 namespace megamoe {
 namespace {
@@ -130,6 +133,44 @@ TEST(PreDispatchCodecs, EncoderWithPow2BoundsEqualsCpuForEveryBf16) {
   }
 }
 
+// codes_high / pack_high (the row kernel's encoder) against codes / pack: every bf16 in each lane
+// next to random partners, for NVFP4 units of every kind (fp32 and fp64 bounds) and every MXFP4
+// scale, and random words through the packing.
+TEST(PreDispatchCodecs, HighNibbleEncoderEqualsEncoder) {
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<std::uint32_t> word;
+  std::uniform_real_distribution<float> log2g(-126.0f, 100.0f);
+  std::uniform_int_distribution<std::uint32_t> code(1, 0x7E);
+  std::vector<exact::E2m1Bf16x2Encoder> encoders;
+  for (int i = 0; i < 200; ++i) {
+    const float unit = exact::ue4m3_value(code(rng)) * std::exp2(log2g(rng));
+    exact::E2m1Bf16x2Encoder enc{exact::E2m1Divider(unit)};
+    if (unit >= exact::kE2m1Fp32BoundsMinUnit) exact::e2m1_bf16x2_bounds_fp32(unit, enc.bound);
+    encoders.push_back(enc);
+  }
+  for (int e = -15; e <= 126; ++e) {
+    exact::E2m1Bf16x2Encoder enc;
+    exact::e2m1_bf16x2_bounds_pow2(e, enc.bound);
+    encoders.push_back(enc);
+  }
+  for (const exact::E2m1Bf16x2Encoder& enc : encoders) {
+    for (std::uint32_t v = 0; v < 0x10000u; ++v) {
+      for (const std::uint32_t pair : {v | (word(rng) << 16), (word(rng) & 0xFFFFu) | (v << 16)}) {
+        const std::uint32_t want = enc.codes(pair);
+        const std::uint32_t got = enc.codes_high(pair);
+        ASSERT_EQ((got >> 12) & 0xFu, want & 0xFu) << "pair " << hex(pair);
+        ASSERT_EQ(got >> 28, (want >> 16) & 0xFu) << "pair " << hex(pair);
+      }
+    }
+    for (int i = 0; i < 20000; ++i) {
+      const std::uint32_t pairs[4] = {word(rng), word(rng), word(rng), word(rng)};
+      ASSERT_EQ(enc.pack_high(pairs), enc.pack(pairs));
+    }
+  }
+}
+
 // A bound that is one bf16 step off must be caught (the comparison above can fail).
 TEST(PreDispatchCodecs, EncoderCheckCatchesABoundOffByOneStep) {
   exact::E2m1Bf16x2Encoder enc;
@@ -183,6 +224,54 @@ TEST(PreDispatchCodecs, Bf16x16FiniteAmaxEqualsCpu) {
         formats::bf16_to_float(static_cast<std::uint16_t>(exact::bf16x16_finite_amax(pairs)));
     ASSERT_EQ(std::bit_cast<std::uint32_t>(got), std::bit_cast<std::uint32_t>(want)) << i;
   }
+}
+
+// Every layout of the FP4 row kernel compiles without spills (the registry compiles only the
+// default one), and the launcher picks the layouts as documented.
+TEST(PreDispatchCodecs, Fp4RowKernelLayoutsCompileWithoutSpills) {
+  if (!jit::nvrtc_available()) GTEST_SKIP() << "built without NVRTC";
+  for (const Format f : {Format::nvfp4, Format::mxfp4}) {
+    for (const std::int64_t h : {2176, 7168, 8192}) {
+      for (const int w : {1, 2, 4}) {
+        MoEConfig c;
+        c.shape.hidden = h;
+        c.shape.intermediate = 256;
+        c.shape.num_experts = 64;
+        c.shape.top_k = 8;
+        c.weight_format = c.act_format = f;
+        c.max_tokens_per_rank = 256;
+        const runtime::PreDispatchVariant v{false, false, true, false, w};
+        ASSERT_EQ(runtime::pre_dispatch_fp4_warps_per_row(c, v), w);
+        const jit::KernelRequest r = runtime::pre_dispatch_request(c, v);
+        SCOPED_TRACE(r.entry);
+        EXPECT_NE(r.entry.find("pre_dispatch_fp4_rows_kernel"), std::string::npos);
+        test::expect_no_spills(*jit::compile(r));
+      }
+    }
+  }
+}
+
+TEST(PreDispatchCodecs, Fp4LayoutDefaultsAndLimits) {
+  MoEConfig c;
+  c.shape.hidden = 7168;
+  c.act_format = Format::nvfp4;
+  EXPECT_EQ(runtime::pre_dispatch_fp4_warps_per_row(c, {}), 1);
+  EXPECT_EQ(runtime::pre_dispatch_threads(c, {}), 128);
+  runtime::PreDispatchVariant cta;
+  cta.cta_per_row = true;
+  EXPECT_EQ(runtime::pre_dispatch_fp4_warps_per_row(c, cta), 0);
+  EXPECT_EQ(runtime::pre_dispatch_threads(c, cta), 224);
+  c.shape.hidden = 16384;  // 32 steps for one warp: too many registers, 8 for four warps
+  EXPECT_EQ(runtime::pre_dispatch_fp4_warps_per_row(c, {}), 0);
+  runtime::PreDispatchVariant four;
+  four.fp4_warps_per_row = 4;
+  EXPECT_EQ(runtime::pre_dispatch_fp4_warps_per_row(c, four), 4);
+  c.act_format = Format::mxfp4;
+  c.shape.hidden = 7168;
+  EXPECT_EQ(runtime::pre_dispatch_fp4_warps_per_row(c, {}), 0);
+  EXPECT_EQ(runtime::pre_dispatch_fp4_warps_per_row(c, four), 4);
+  c.act_format = Format::fp8;
+  EXPECT_EQ(runtime::pre_dispatch_fp4_warps_per_row(c, four), 0);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // Pre-dispatch on the GPU against the CPU formats (bytewise): every format, both FP4 kernels
-// (one warp per row, one CTA per row), random T (1 ... T_max included), H in {2048, 2176, 4096,
-// 7168} (2176: a partial last step of the row kernel), top-k in {1, 6, 8}, masked and
+// (1, 2 or 4 warps per row, one CTA per row), random T (1 ... T_max included), H in {2048, 2176,
+// 4096, 7168} (2176: a partial last step of the row kernel), top-k in {1, 6, 8}, masked and
 // out-of-range ids, the error counter, padding rows, CUDA-graph capture with programmatic
 // dependent launch.
 #include <gtest/gtest.h>
@@ -376,9 +376,10 @@ class PreDispatchGpu : public ::testing::Test {
 
 // One case: R ranks, each with its own T, launched by one call; returns nothing, checks all.
 void run_case(const Case& c, std::mt19937_64& rng, std::int64_t first_tokens, bool hw_e4m3,
-              bool cta_per_row = false) {
+              bool cta_per_row = false, int warps_per_row = 0) {
   SCOPED_TRACE(describe_case(c) + (hw_e4m3 ? " hw-e4m3" : " soft-e4m3") +
-               (cta_per_row ? " cta-per-row" : ""));
+               (cta_per_row ? " cta-per-row" : "") +
+               (warps_per_row != 0 ? " warps-per-row=" + std::to_string(warps_per_row) : ""));
   const SymmBuffer b = get_symm_buffer_for_mega_moe(config_of(c));
   std::vector<HostInputs> host;
   std::vector<std::uint32_t> errors;
@@ -398,7 +399,7 @@ void run_case(const Case& c, std::mt19937_64& rng, std::int64_t first_tokens, bo
   std::vector<PreDispatchInputs> views;
   for (const DeviceInputs& d : dev) views.push_back(d.view);
   runtime::Stream stream;  // a real stream: launched with programmatic dependent launch
-  runtime::launch_pre_dispatch(b, views, stream.get(), hw_e4m3, cta_per_row);
+  runtime::launch_pre_dispatch(b, views, stream.get(), hw_e4m3, cta_per_row, warps_per_row);
   stream.synchronize();
   for (int r = 0; r < c.num_ranks; ++r) {
     SCOPED_TRACE("rank " + std::to_string(r) +
@@ -438,9 +439,13 @@ TEST_F(PreDispatchGpu, BytewiseEqualToCpuAcrossTheMatrix) {
                 : 1 + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(c.t_max));
         ++index;
         run_case(c, rng, t, /*hw_e4m3=*/true);
-        // FP8 both ways: the integer recipe and the hardware conversion; FP4 both kernels.
+        // FP8 both ways: the integer recipe and the hardware conversion. FP4: the default layout
+        // above, the CTA kernel and the row kernel with 1, 2 or 4 warps per row in turn.
         if (fmt.f == Format::fp8) run_case(c, rng, t, /*hw_e4m3=*/false);
-        if (fmt.f != Format::fp8) run_case(c, rng, t, /*hw_e4m3=*/true, /*cta_per_row=*/true);
+        if (fmt.f != Format::fp8) {
+          run_case(c, rng, t, /*hw_e4m3=*/true, /*cta_per_row=*/true);
+          run_case(c, rng, t, /*hw_e4m3=*/true, /*cta_per_row=*/false, 1 << (index % 3));
+        }
         if (HasFatalFailure()) return;
       }
     }

@@ -61,6 +61,27 @@ MEGAMOE_DEVICE void rank_grid_barrier(u32* counter, int cta_in_rank, int n, u64 
   __syncthreads();
 }
 
+// rank_grid_barrier at .gpu scope, for a launch whose one rank lives on this GPU (R = 1): the
+// counter, every write it orders and every CTA are on one device.
+MEGAMOE_DEVICE void rank_grid_barrier_gpu(u32* counter, int cta_in_rank, int n, u64 timeout_ns,
+                                          u32* status, int rank, u32 phase) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    ptx::fence_acq_rel_gpu();
+    const u32 old =
+        ptx::atomic_add_release_gpu(counter, arrival_value(cta_in_rank == 0, static_cast<u32>(n)));
+    const u64 start = ptx::globaltimer_ns();
+    u32 spins = 0;
+    while (((ptx::load_acquire_gpu(counter) ^ old) & 0x80000000u) == 0u) {
+      if ((++spins & 1023u) == 0u && ptx::globaltimer_ns() - start > timeout_ns) {
+        report_timeout_and_trap(status, rank, phase);
+      }
+    }
+    ptx::fence_acq_rel_gpu();
+  }
+  __syncthreads();
+}
+
 // Barrier over every CTA of every rank. `counter_of(p)` is rank p's cross-rank counter (a peer
 // pointer); each rank's CTA 0 arrives on every rank's counter and waits on its own.
 template <class CounterOf>

@@ -236,6 +236,34 @@ struct E2m1Bf16x2Encoder {
     return __byte_perm(__byte_perm(bytes[0], bytes[1], 0x0040),
                        __byte_perm(bytes[2], bytes[3], 0x0040), 0x5410);
   }
+
+  // codes(), placed where fewer integer operations put them: element 0's code in bits 12-15,
+  // element 1's in bits 28-31, the other bits undefined. The search masks fill whole lanes, so
+  // bits 14 and 13 come straight from them; the last comparison's bit 15 is shifted to 12; the
+  // sign (cleared for NaN) keeps its place.
+  MEGAMOE_DEVICE u32 codes_high(u32 pair) const {
+    const u32 x = pair | 0x80008000u;  // |bf16| + 0x8000 per lane
+    const u32 hi = lane_sign_mask(x - bound[3]);
+    const u32 mid = lane_sign_mask(x - ((bound[5] & hi) | (bound[1] & ~hi)));
+    const u32 low_bound = (((bound[6] & mid) | (bound[4] & ~mid)) & hi) |
+                          (((bound[2] & mid) | (bound[0] & ~mid)) & ~hi);
+    const u32 low = x - low_bound;
+    const u32 t = (hi & 0x40004000u) | (mid & ~0x40004000u);
+    const u32 u = (t & 0x60006000u) | ((low >> 3) & ~0x60006000u);
+    const u32 not_nan = ~(x - 0x7F817F81u);  // bit 15 set <=> |bf16| <= 0x7F80
+    return (u & ~0x80008000u) | (pair & not_nan & 0x80008000u);
+  }
+
+  // pack() from codes_high: the high nibbles of bytes 1 and 3 of the four words are gathered
+  // with byte permutes and merged with one shift.
+  MEGAMOE_DEVICE u32 pack_high(const u32* pairs) const {
+    const u32 w0 = codes_high(pairs[0]), w1 = codes_high(pairs[1]);
+    const u32 w2 = codes_high(pairs[2]), w3 = codes_high(pairs[3]);
+    const u32 p01 = __byte_perm(w0, w1, 0x7351), p23 = __byte_perm(w2, w3, 0x7351);
+    const u32 even = __byte_perm(p01, p23, 0x5410);  // byte i: element 2i in the high nibble
+    const u32 odd = __byte_perm(p01, p23, 0x7632);   // byte i: element 2i + 1 in the high nibble
+    return ((even >> 4) & 0x0F0F0F0Fu) | (odd & 0xF0F0F0F0u);
+  }
 };
 
 }  // namespace megamoe::device::exact

@@ -11,18 +11,20 @@
 namespace megamoe::device {
 namespace nvfp4_pipe {
 
-inline constexpr int kRing = 4;  // blocks of 128 k in flight per warp
+// The ring depth (blocks of 128 k in flight per warp) is the kernel's RING parameter (4, 6 or 8;
+// 36 / 55 / 74 KB per SM): deeper rings hide more memory latency for more registers.
 
 // One warp's view of one unit's weights: blocks kh, kh + 2, ... of its row group.
 struct Stream {
   const u8* q;
   const u8* sf;
   int nbw;  // blocks of this warp
-  int w;    // ring slots the unit occupies: nbw rounded up to kRing, at least kRing
+  int w;    // ring slots the unit occupies: nbw rounded up to RING, at least RING
 };
 
+template <int RING>
 struct Ring {
-  ptx::u32x4v q0[kRing], q1[kRing], sc[kRing];
+  ptx::u32x4v q0[RING], q1[RING], sc[RING];
 };
 
 MEGAMOE_DEVICE void load_slot(ptx::u32x4v& q0, ptx::u32x4v& q1, ptx::u32x4v& sc, const Stream& s,
@@ -34,53 +36,118 @@ MEGAMOE_DEVICE void load_slot(ptx::u32x4v& q0, ptx::u32x4v& q1, ptx::u32x4v& sc,
   sc = ptx::load_stream_16(s.sf + blk * 128 + (lane >> 2) * 16);
 }
 
-MEGAMOE_DEVICE void prime(Ring& ring, const Stream& s, int kh, int lane) {
+template <int RING>
+MEGAMOE_DEVICE void prime(Ring<RING>& ring, const Stream& s, int kh, int lane) {
 #pragma unroll
-  for (int p = 0; p < kRing; ++p) {
+  for (int p = 0; p < RING; ++p) {
     if (p < s.nbw) load_slot(ring.q0[p], ring.q1[p], ring.sc[p], s, p, kh, lane);
+  }
+}
+
+// Decodes rows [0, ceil8(live)) of the token tile into s.b in the paired layout
+// (paired_word_index, scheduler/nvfp4_schedule.cuh; conflict-free for consume: a quarter warp
+// reads rows g, g + 1, 16 B apart mod 128, at t * 32 + h * 16 bytes); rows
+// past `live` are zero. All of a thread's loads are issued before its first decode.
+template <int KD, int KMAX, bool kCoherent, class RowPtr, class SfPtr>
+MEGAMOE_DEVICE void load_token_tile_paired(u16* b, int live, RowPtr row_ptr, SfPtr sf_ptr) {
+  constexpr int kBlocks = KD / 16;
+  constexpr int kBatch = 4;
+  const int rows = (live + 7) & ~7;
+  const int units = rows * kBlocks;
+  for (int u0 = threadIdx.x; u0 < units; u0 += kBatch * kNvfp4Threads) {
+    u32 lo[kBatch], hi[kBatch], sc[kBatch];
+#pragma unroll
+    for (int m = 0; m < kBatch; ++m) {
+      const int u = u0 + m * kNvfp4Threads;
+      const int i = u / kBlocks;
+      const int blk = u - i * kBlocks;
+      lo[m] = 0;
+      hi[m] = 0;
+      sc[m] = 0;
+      if (u < units && i < live) {
+        const u8* q = row_ptr(i) + blk * 8;
+        if constexpr (kCoherent) {
+          asm volatile("ld.global.cg.v2.u32 {%0, %1}, [%2];"
+                       : "=r"(lo[m]), "=r"(hi[m])
+                       : "l"(q)
+                       : "memory");
+          sc[m] = __ldcg(sf_ptr(i) + blk);
+        } else {
+          asm("ld.global.nc.v2.u32 {%0, %1}, [%2];" : "=r"(lo[m]), "=r"(hi[m]) : "l"(q));
+          sc[m] = __ldg(sf_ptr(i) + blk);
+        }
+      }
+    }
+#pragma unroll
+    for (int m = 0; m < kBatch; ++m) {
+      const int u = u0 + m * kNvfp4Threads;
+      if (u < units) {
+        const int i = u / kBlocks;
+        const int blk = u - i * kBlocks;
+        u32 v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        if (i < live) nvfp4::decode_activation_block(lo[m], hi[m], sc[m], v);
+        u32* row = reinterpret_cast<u32*>(b + i * (KMAX + 8));
+#pragma unroll
+        for (int p = 0; p < 8; ++p) row[paired_word_index(blk, p)] = v[p];
+      }
+    }
   }
 }
 
 // acc[nt] += the unit's weights x the token tile; refills every freed ring slot with the next
 // block of `cur`, or past its end with the first blocks of `nxt`.
-template <int KMAX, int NT>
-MEGAMOE_DEVICE void consume(Ring& ring, const Stream& cur, const Stream& nxt, const u16* b,
+template <int KMAX, int NT, int RING>
+MEGAMOE_DEVICE void consume(Ring<RING>& ring, const Stream& cur, const Stream& nxt, const u16* b,
                             int live_tiles, float (&acc)[NT][4]) {
   const int lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
   const int kh = (threadIdx.x >> 5) >> 2;
-  const u16* brow = b + g * (KMAX + 8) + 2 * t;
-  for (int j0 = 0; j0 < cur.w; j0 += kRing) {
+  const u16* brow = b + g * (KMAX + 8);
+  for (int j0 = 0; j0 < cur.w; j0 += RING) {
 #pragma unroll
-    for (int p = 0; p < kRing; ++p) {
+    for (int p = 0; p < RING; ++p) {
       const int j = j0 + p;
       const u32 words[8] = {ring.q0[p].x, ring.q0[p].y, ring.q0[p].z, ring.q0[p].w,
                             ring.q1[p].x, ring.q1[p].y, ring.q1[p].z, ring.q1[p].w};
       const u32 scw[4] = {ring.sc[p].x, ring.sc[p].y, ring.sc[p].z, ring.sc[p].w};
-      const int jn = j + kRing;
+      if (j < cur.nbw) {
+#pragma unroll
+        for (int q2 = 0; q2 < 4; ++q2) {
+          // Steps 2 q2 and 2 q2 + 1: one 16-byte B load per token tile.
+          ptx::u32x4v bv[NT];
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            if (NT == 1 || nt < live_tiles) {
+              bv[nt] = *reinterpret_cast<const ptx::u32x4v*>(brow + nt * 8 * (KMAX + 8) +
+                                                             paired_load_index(kh + 2 * j, q2, t));
+            }
+          }
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int q = 2 * q2 + h;
+            const u32 sw = scw[q >> 1];
+            const u32 sg = nvfp4::broadcast_scale(sw, (q & 1) * 2);
+            const u32 sg8 = nvfp4::broadcast_scale(sw, (q & 1) * 2 + 1);
+            const nvfp4::HalfFragment f = nvfp4::decode_weight_word(words[q], sg, sg8);
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+              // One live tile at least whenever a unit runs, so NT = 1 needs no test.
+              if (NT == 1 || nt < live_tiles) {
+                const u32 b0 = h == 0 ? bv[nt].x : bv[nt].z;
+                const u32 b1 = h == 0 ? bv[nt].y : bv[nt].w;
+                ptx::mma_m16n8k16_f16(acc[nt], f.a0, f.a1, f.a2, f.a3, b0, b1);
+              }
+            }
+          }
+        }
+      }
+      // Refill the slot once its words are decoded (a refill before the decode would make the
+      // compiler copy the 12 live words aside: 24 moves per block).
+      const int jn = j + RING;
       if (jn < cur.w) {
         if (jn < cur.nbw) load_slot(ring.q0[p], ring.q1[p], ring.sc[p], cur, jn, kh, lane);
       } else if (jn - cur.w < nxt.nbw) {
         load_slot(ring.q0[p], ring.q1[p], ring.sc[p], nxt, jn - cur.w, kh, lane);
-      }
-      if (j < cur.nbw) {
-        const u16* bk = brow + (kh + 2 * j) * 128;
-#pragma unroll
-        for (int q = 0; q < 8; ++q) {
-          const u32 sw = scw[q >> 1];
-          const u32 sg = nvfp4::broadcast_scale(sw, (q & 1) * 2);
-          const u32 sg8 = nvfp4::broadcast_scale(sw, (q & 1) * 2 + 1);
-          const nvfp4::HalfFragment f = nvfp4::decode_weight_word(words[q], sg, sg8);
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt) {
-            if (nt < live_tiles) {
-              const u16* bp = bk + nt * 8 * (KMAX + 8) + q * 16;
-              const u32 b0 = *reinterpret_cast<const u32*>(bp);
-              const u32 b1 = *reinterpret_cast<const u32*>(bp + 8);
-              ptx::mma_m16n8k16_f16(acc[nt], f.a0, f.a1, f.a2, f.a3, b0, b1);
-            }
-          }
-        }
       }
     }
   }
@@ -88,13 +155,14 @@ MEGAMOE_DEVICE void consume(Ring& ring, const Stream& cur, const Stream& nxt, co
 
 }  // namespace nvfp4_pipe
 
-template <int H, int I, int EL, int K, int R, int BM, int TMAX, int NS, int ACT>
+template <int H, int I, int EL, int K, int R, int BM, int TMAX, int NS, int ACT, int RING = 4>
 __global__ void __launch_bounds__(kNvfp4Threads, 1)
     nvfp4_mega_moe_pipelined_kernel(const __grid_constant__ Nvfp4MoeArgs a) {
   static_assert(H % 128 == 0 && I % 128 == 0, "H and I must be multiples of 128");
   static_assert(NS % 8 == 0 && BM % NS == 0, "token sub-tile must divide BLOCK_M");
   static_assert(R >= 1 && R <= kNvfp4MaxRanks, "1..8 ranks");
   static_assert(NS * 64 * 2 <= 4 * 32 * (NS / 8) * 4 * 4, "FC2 staging must fit in s.red");
+  static_assert(RING == 4 || RING == 6 || RING == 8, "ring depth 4, 6 or 8");
   using namespace nvfp4_pipe;
   constexpr int KMAX = H > I ? H : I;
   constexpr int NT = NS / 8;
@@ -185,7 +253,7 @@ __global__ void __launch_bounds__(kNvfp4Threads, 1)
   }
   // The warp's weight stream of a unit.
   auto stream_of = [&](const Unit& u) {
-    Stream st{nullptr, nullptr, 0, kRing};
+    Stream st{nullptr, nullptr, 0, RING};
     if (u.phase >= 2) return st;
     const int e = nvfp4_moe::expert_of_tile<EL>(s.tile_prefix, u.tileg);
     const int nb = u.phase == 0 ? H / 128 : I / 128;
@@ -195,13 +263,13 @@ __global__ void __launch_bounds__(kNvfp4Threads, 1)
     st.q = (u.phase == 0 ? a.w13[rank] : a.w2[rank]) + mat + blk0 * 1024;
     st.sf = (u.phase == 0 ? a.w13_sf[rank] : a.w2_sf[rank]) + mat / 8 + blk0 * 128;
     st.nbw = (nb - kh + 1) / 2;
-    st.w = st.nbw <= kRing ? kRing : (st.nbw + kRing - 1) / kRing * kRing;
+    st.w = st.nbw <= RING ? RING : (st.nbw + RING - 1) / RING * RING;
     return st;
   };
 
   const u64 topk_pitch = static_cast<u64>(K) * 4;
   float acc[NT][4];
-  Ring ring;
+  Ring<RING> ring;
   Unit cur = sched.first(0);
   Stream cs = stream_of(cur);
   prime(ring, cs, kh, lane);
@@ -268,7 +336,7 @@ __global__ void __launch_bounds__(kNvfp4Threads, 1)
       b_sub = cur.sub;
       __syncthreads();  // s.b is no longer read
       const int sub = cur.sub;
-      nvfp4_moe::load_token_tile<H, KMAX, false>(
+      load_token_tile_paired<H, KMAX, false>(
           s.b, sub_live,
           [&](int i) {
             const int r = sub * NS + i;
@@ -290,7 +358,7 @@ __global__ void __launch_bounds__(kNvfp4Threads, 1)
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
       for (int c = 0; c < 4; ++c) acc[nt][c] = 0.0f;
-    consume<KMAX, NT>(ring, cs, ns, s.b, (sub_live + 7) / 8, acc);
+    consume<KMAX, NT, RING>(ring, cs, ns, s.b, (sub_live + 7) / 8, acc);
     nvfp4_moe::reduce_tile<NT>(s, acc);
     const float g2 = __ldg(a.fc2_scale[rank] + e);
 #pragma unroll
@@ -328,7 +396,12 @@ __global__ void __launch_bounds__(kNvfp4Threads, 1)
   }
 
   // The ring already holds the first FC2 blocks: they stream while the barrier waits.
-  rank_grid_barrier(grid_counter, cta_in_rank, nctas, a.timeout_ns, status, rank, kPhaseAfterFc1);
+  if constexpr (R == 1) {
+    rank_grid_barrier_gpu(grid_counter, cta_in_rank, nctas, a.timeout_ns, status, rank,
+                          kPhaseAfterFc1);
+  } else {
+    rank_grid_barrier(grid_counter, cta_in_rank, nctas, a.timeout_ns, status, rank, kPhaseAfterFc1);
+  }
 
   // ---- phase 2: FC2 into the source ranks' combine slots -----------------------------------
   b_tile = -1;
@@ -357,7 +430,7 @@ __global__ void __launch_bounds__(kNvfp4Threads, 1)
       b_sub = cur.sub;
       __syncthreads();
       const int row0 = pool_row0 + cur.sub * NS;
-      nvfp4_moe::load_token_tile<I, KMAX, true>(
+      load_token_tile_paired<I, KMAX, true>(
           s.b, sub_live,
           [&](int i) {
             return mine + a.off_fc2_pool + static_cast<u64>(row0 + i) * a.pitch_fc2_pool;
@@ -370,7 +443,7 @@ __global__ void __launch_bounds__(kNvfp4Threads, 1)
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
       for (int c = 0; c < 4; ++c) acc[nt][c] = 0.0f;
-    consume<KMAX, NT>(ring, cs, ns, s.b, (sub_live + 7) / 8, acc);
+    consume<KMAX, NT, RING>(ring, cs, ns, s.b, (sub_live + 7) / 8, acc);
     nvfp4_moe::reduce_tile<NT>(s, acc);
     // y -> bf16, staged as [token][64] in s.red (free after reduce_tile), then peer stores.
     u16* ys = reinterpret_cast<u16*>(s.red);
@@ -394,9 +467,15 @@ __global__ void __launch_bounds__(kNvfp4Threads, 1)
     cs = ns;
   }
 
-  cross_rank_barrier(
-      [&](int p) { return reinterpret_cast<u32*>(a.base[p] + a.off_sync + a.sync_rank_barrier); },
-      R, rank, grid_counter, cta_in_rank, nctas, a.timeout_ns, status);
+  if constexpr (R == 1) {
+    // One rank, one launch: the rank's CTAs are every writer of its combine slots.
+    rank_grid_barrier_gpu(grid_counter, cta_in_rank, nctas, a.timeout_ns, status, rank,
+                          kPhaseAfterFc2);
+  } else {
+    cross_rank_barrier(
+        [&](int p) { return reinterpret_cast<u32*>(a.base[p] + a.off_sync + a.sync_rank_barrier); },
+        R, rank, grid_counter, cta_in_rank, nctas, a.timeout_ns, status);
+  }
 
   // ---- phase 3: combine the rank's own tokens ----------------------------------------------
   {

@@ -95,4 +95,22 @@ MEGAMOE_DEVICE void fence_acq_rel_sys() {
   asm volatile("fence.acq_rel.sys;" ::: "memory");
 }
 
+// .gpu scope: enough when every participant and every byte it orders belong to one GPU (one rank
+// driven by one launch), and cheaper than .sys.
+MEGAMOE_DEVICE u32 atomic_add_release_gpu(u32* p, u32 v) {
+  u32 old;
+  asm volatile("atom.add.release.gpu.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
+}
+
+MEGAMOE_DEVICE u32 load_acquire_gpu(const u32* p) {
+  u32 v;
+  asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+MEGAMOE_DEVICE void fence_acq_rel_gpu() {
+  asm volatile("fence.acq_rel.gpu;" ::: "memory");
+}
+
 }  // namespace megamoe::device::ptx

@@ -30,6 +30,24 @@ MEGAMOE_SCHED_FN int schedule_expert_of_tile(const int* tile_prefix, int tileg) 
   return lo;
 }
 
+// Token tile layout of the pipelined kernel (rows of f16, one row per token): within each group
+// of 64 k, the B fragment registers {b0, b1} of two consecutive k16 steps of lane quad t are 16
+// contiguous bytes, so one 16-byte shared load feeds two MMAs. Element k of a group (step
+// q = k / 16, r = k % 16 = 2t + e or 8 + 2t + e) sits at f16 index
+// t * 16 + (q / 2) * 8 + (q % 2) * 4 + (r >= 8) * 2 + e.
+//
+// u32 index within the row of f16 pair `pair` (0..7: elements 2 pair, 2 pair + 1) of the 16-k
+// activation block `blk16`.
+MEGAMOE_SCHED_FN int paired_word_index(int blk16, int pair) {
+  const int q = blk16 & 3, t = pair & 3, hi = pair >> 2;
+  return (blk16 >> 2) * 32 + t * 8 + (q >> 1) * 4 + (q & 1) * 2 + hi;
+}
+// f16 index within the row of lane quad t's 16-byte load for steps 2 q2 and 2 q2 + 1 (q2 0..3)
+// of 128-k block `blk128`: {b0, b1} of step 2 q2, then {b0, b1} of step 2 q2 + 1.
+MEGAMOE_SCHED_FN int paired_load_index(int blk128, int q2, int t) {
+  return blk128 * 128 + (q2 >> 1) * 64 + t * 16 + (q2 & 1) * 8;
+}
+
 struct Unit {
   int tileg, sub, col, phase;  // phase 0 = FC1, 1 = FC2, 2 = past the end
 };
