@@ -94,7 +94,8 @@ struct SymmBuffer {
 
 // Plans and allocates. `provider` is "local" (num_ranks virtual ranks on the current GPU) or
 // "nccl" (then `nccl_comm` is the ncclComm_t and config.num_ranks must equal its size).
-SymmBuffer get_symm_buffer_for_mega_moe(const MoEConfig& config, std::string_view provider = "local",
+SymmBuffer get_symm_buffer_for_mega_moe(const MoEConfig& config,
+                                        std::string_view provider = "local",
                                         void* nccl_comm = nullptr);
 
 }  // namespace megamoe

@@ -22,10 +22,10 @@ struct MoEConfig {
   Format act_format = Format::nvfp4;
   Fp8ScaleKind fp8_scale = Fp8ScaleKind::f32;  // FP8 activations/weights only
   ActivationSpec activation{};
-  int num_ranks = 1;                      // R; expert e lives on rank e / (E / R)
-  std::int64_t max_tokens_per_rank = 0;   // T_max
-  bool fp8_combine = false;               // combine slots in FP8 instead of BF16
-  bool side_lora = false;                 // training family with shared rank-r adapters
+  int num_ranks = 1;                     // R; expert e lives on rank e / (E / R)
+  std::int64_t max_tokens_per_rank = 0;  // T_max
+  bool fp8_combine = false;              // combine slots in FP8 instead of BF16
+  bool side_lora = false;                // training family with shared rank-r adapters
   int lora_rank = 128;
 
   std::int64_t experts_per_rank() const { return shape.num_experts / num_ranks; }

@@ -15,12 +15,12 @@ namespace megamoe::formats {
 // ---- scalars -------------------------------------------------------------------------------
 std::uint16_t bf16_from_float(float x);  // RNE; NaN stays NaN (quiet)
 float bf16_to_float(std::uint16_t b);
-float round_to_bf16(float x);            // bf16_to_float(bf16_from_float(x))
+float round_to_bf16(float x);  // bf16_to_float(bf16_from_float(x))
 
-std::uint8_t e2m1_from_float(float x);   // 4-bit code in the low nibble; saturates at +-6
+std::uint8_t e2m1_from_float(float x);  // 4-bit code in the low nibble; saturates at +-6
 float e2m1_to_float(std::uint8_t nibble);
 
-std::uint8_t e4m3_from_float(float x);   // e4m3fn; saturates at +-448; NaN -> 0x7F
+std::uint8_t e4m3_from_float(float x);  // e4m3fn; saturates at +-448; NaN -> 0x7F
 float e4m3_to_float(std::uint8_t b);
 
 std::uint8_t ue4m3_from_float(float x);  // e4m3 with the sign bit 0; x must be >= 0
@@ -52,9 +52,8 @@ float fp8_f32_block_scale(float block_amax);
 // ---- block quantization of row-major matrices [rows, k] -------------------------------------
 // Packed FP4 output is [rows, k/2] bytes, low nibble = even element. Scales are row-major
 // [rows, k/block]. k must be a multiple of the block size.
-void quantize_nvfp4(std::span<const float> x, std::int64_t rows, std::int64_t k,
-                    float global_scale, std::span<std::uint8_t> packed,
-                    std::span<std::uint8_t> scales);
+void quantize_nvfp4(std::span<const float> x, std::int64_t rows, std::int64_t k, float global_scale,
+                    std::span<std::uint8_t> packed, std::span<std::uint8_t> scales);
 // Per-row global scales (activations: one per token), written to `global_scales[rows]`.
 void quantize_nvfp4_per_row(std::span<const float> x, std::int64_t rows, std::int64_t k,
                             std::span<std::uint8_t> packed, std::span<std::uint8_t> scales,
@@ -70,12 +69,12 @@ void dequantize_mxfp4(std::span<const std::uint8_t> packed, std::span<const std:
 
 // FP8 activations: 1x128 blocks, scales [rows, k/128] as f32 or ue8m0 bytes.
 void quantize_fp8_1x128(std::span<const float> x, std::int64_t rows, std::int64_t k,
-                        Fp8ScaleKind kind, std::span<std::uint8_t> q,
-                        std::span<float> scales_f32, std::span<std::uint8_t> scales_ue8m0);
+                        Fp8ScaleKind kind, std::span<std::uint8_t> q, std::span<float> scales_f32,
+                        std::span<std::uint8_t> scales_ue8m0);
 // FP8 weights: 128x128 blocks, scales [ceil(rows/128), k/128].
 void quantize_fp8_128x128(std::span<const float> w, std::int64_t rows, std::int64_t k,
-                          Fp8ScaleKind kind, std::span<std::uint8_t> q,
-                          std::span<float> scales_f32, std::span<std::uint8_t> scales_ue8m0);
+                          Fp8ScaleKind kind, std::span<std::uint8_t> q, std::span<float> scales_f32,
+                          std::span<std::uint8_t> scales_ue8m0);
 void dequantize_fp8(std::span<const std::uint8_t> q, std::int64_t rows, std::int64_t k,
                     int block_rows,  // 1 or 128
                     Fp8ScaleKind kind, std::span<const float> scales_f32,

@@ -13,12 +13,12 @@ namespace megamoe {
 // Checkpoint layout of one rank's local experts (device tensors), as TensorRT-LLM / ModelOpt
 // NVFP4 checkpoints store them.
 struct Nvfp4CheckpointWeights {
-  TensorView w13;         // e2m1x2 [E_local, 2I, H/2]  (gate rows, then up rows)
-  TensorView w13_sf;      // ue4m3: [E_local, 2I, H/16] row-major, or swizzled 128x4 per expert
-  TensorView w13_global;  // f32 [E_local] per-expert global scale
-  TensorView w2;          // e2m1x2 [E_local, H, I/2]
-  TensorView w2_sf;       // ue4m3: [E_local, H, I/16] row-major, or swizzled 128x4 per expert
-  TensorView w2_global;   // f32 [E_local]
+  TensorView w13;              // e2m1x2 [E_local, 2I, H/2]  (gate rows, then up rows)
+  TensorView w13_sf;           // ue4m3: [E_local, 2I, H/16] row-major, or swizzled 128x4 per expert
+  TensorView w13_global;       // f32 [E_local] per-expert global scale
+  TensorView w2;               // e2m1x2 [E_local, H, I/2]
+  TensorView w2_sf;            // ue4m3: [E_local, H, I/16] row-major, or swizzled 128x4 per expert
+  TensorView w2_global;        // f32 [E_local]
   TensorView fc2_input_scale;  // f32 [E_local] global scale of the re-quantized intermediate
   ScaleLayout sf_layout = ScaleLayout::row_major;
 };
@@ -26,10 +26,10 @@ struct Nvfp4CheckpointWeights {
 // Kernel layout (written by transform_weights_for_mega_moe; shapes from
 // nvfp4_kernel_weight_bytes). Opaque to callers except for its sizes.
 struct Nvfp4KernelWeights {
-  TensorView w13;     // u8, nvfp4_kernel_weight_bytes().w13 bytes
-  TensorView w13_sf;  // u8
-  TensorView w2;      // u8
-  TensorView w2_sf;   // u8
+  TensorView w13;              // u8, nvfp4_kernel_weight_bytes().w13 bytes
+  TensorView w13_sf;           // u8
+  TensorView w2;               // u8
+  TensorView w2_sf;            // u8
   TensorView fc1_alpha;        // f32 [E_local]: w13_global
   TensorView fc2_alpha;        // f32 [E_local]: w2_global
   TensorView fc2_input_scale;  // f32 [E_local]

@@ -13,10 +13,10 @@ using Stream = void*;  // a cudaStream_t / CUstream; nullptr = the legacy defaul
 // One rank's inputs (device tensors on the buffer's GPU).
 struct PreDispatchInputs {
   int rank = 0;
-  TensorView x;             // bf16 [T, H], row stride may exceed H (16-byte aligned rows)
-  TensorView topk_idx;      // i32 or i64 [T, K]
-  TensorView topk_weights;  // f32 [T, K]
-  TensorView expert_scales; // optional f32 [E]: folded into the route weights when given
+  TensorView x;              // bf16 [T, H], row stride may exceed H (16-byte aligned rows)
+  TensorView topk_idx;       // i32 or i64 [T, K]
+  TensorView topk_weights;   // f32 [T, K]
+  TensorView expert_scales;  // optional f32 [E]: folded into the route weights when given
 };
 
 // Quantizes and publishes every given rank's tokens. T <= config.max_tokens_per_rank; rows

@@ -55,9 +55,9 @@ std::string_view activation_name(ActivationKind a);
 
 struct ActivationSpec {
   ActivationKind kind = ActivationKind::swiglu;
-  float clamp = 0.0f;       // swiglu/geglu: 0 = no clamp; must be > 0 otherwise
-  float oai_alpha = 1.702f; // swiglu_oai only
-  float oai_limit = 7.0f;   // swiglu_oai only
+  float clamp = 0.0f;        // swiglu/geglu: 0 = no clamp; must be > 0 otherwise
+  float oai_alpha = 1.702f;  // swiglu_oai only
+  float oai_limit = 7.0f;    // swiglu_oai only
 };
 
 enum class DeviceKind : std::uint8_t { cpu, cuda };
@@ -86,7 +86,9 @@ struct TensorView {
   bool defined() const noexcept { return data != nullptr; }
   std::int64_t size(int dim) const;  // negative dim counts from the back
   std::int64_t numel() const noexcept;
-  std::size_t nbytes() const noexcept { return static_cast<std::size_t>(numel()) * dtype_size(dtype); }
+  std::size_t nbytes() const noexcept {
+    return static_cast<std::size_t>(numel()) * dtype_size(dtype);
+  }
   bool is_contiguous() const noexcept;
   std::string shape_string() const;  // "[T, H]" style, for messages
   template <typename T>

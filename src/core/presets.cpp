@@ -17,7 +17,9 @@ constexpr Preset kPresets[] = {
 
 }  // namespace
 
-std::span<const Preset> presets() { return kPresets; }
+std::span<const Preset> presets() {
+  return kPresets;
+}
 
 const Preset& find_preset(std::string_view name, std::string_view argument) {
   for (const Preset& p : kPresets) {

@@ -27,36 +27,54 @@ std::size_t dtype_size(DType t) {
 
 std::string_view dtype_name(DType t) {
   switch (t) {
-    case DType::bf16: return "bf16";
-    case DType::f16: return "f16";
-    case DType::f32: return "f32";
-    case DType::f64: return "f64";
-    case DType::i32: return "i32";
-    case DType::i64: return "i64";
-    case DType::u8: return "u8";
-    case DType::e4m3: return "e4m3";
-    case DType::e2m1x2: return "e2m1x2";
-    case DType::ue4m3: return "ue4m3";
-    case DType::ue8m0: return "ue8m0";
+    case DType::bf16:
+      return "bf16";
+    case DType::f16:
+      return "f16";
+    case DType::f32:
+      return "f32";
+    case DType::f64:
+      return "f64";
+    case DType::i32:
+      return "i32";
+    case DType::i64:
+      return "i64";
+    case DType::u8:
+      return "u8";
+    case DType::e4m3:
+      return "e4m3";
+    case DType::e2m1x2:
+      return "e2m1x2";
+    case DType::ue4m3:
+      return "ue4m3";
+    case DType::ue8m0:
+      return "ue8m0";
   }
   return "?";
 }
 
 std::string_view format_name(Format f) {
   switch (f) {
-    case Format::bf16: return "bf16";
-    case Format::fp8: return "fp8";
-    case Format::mxfp4: return "mxfp4";
-    case Format::nvfp4: return "nvfp4";
+    case Format::bf16:
+      return "bf16";
+    case Format::fp8:
+      return "fp8";
+    case Format::mxfp4:
+      return "mxfp4";
+    case Format::nvfp4:
+      return "nvfp4";
   }
   return "?";
 }
 
 std::string_view activation_name(ActivationKind a) {
   switch (a) {
-    case ActivationKind::swiglu: return "swiglu";
-    case ActivationKind::geglu: return "geglu";
-    case ActivationKind::swiglu_oai: return "swiglu_oai";
+    case ActivationKind::swiglu:
+      return "swiglu";
+    case ActivationKind::geglu:
+      return "geglu";
+    case ActivationKind::swiglu_oai:
+      return "swiglu_oai";
   }
   return "?";
 }
