@@ -3,7 +3,8 @@
 # under OUT, printing a short summary last. Builds nothing (binaries come from scripts/devbin.sh).
 #
 #   bench/device_session.sh BIN OUT STAGE...
-#   stages: tests nvfp4 nvfp4-pipelined bench bench-pipelined predispatch sanitizer demo python
+#   stages: tests nvfp4[-simple|-pipelined] bench[-simple|-pipelined] predispatch sanitizer demo multigpu
+#           python
 set -u
 B=$1
 OUT_DIR=$2
@@ -44,18 +45,22 @@ for stage in "$@"; do
         gpu_test_multi_gpu; do
         [ -x "$B/$bin" ] && run_tests "$bin" "$bin" 120
       done ;;
-    nvfp4) MEGAMOE_NVFP4_KERNEL=simple run_tests gpu_test_nvfp4_mega_moe nvfp4_simple 150 ;;
-    nvfp4-pipelined)
-      MEGAMOE_NVFP4_KERNEL=pipelined run_tests gpu_test_nvfp4_mega_moe nvfp4_pipelined 150 ;;
-    bench | bench-pipelined)
-      v=simple
-      [ "$stage" = bench-pipelined ] && v=pipelined
-      MEGAMOE_NVFP4_KERNEL=$v timeout 150 "$B/bench_nvfp4_mega_moe" "$O/nvfp4_$v" \
-        >"$O/bench_$v.log" 2>&1
+    nvfp4) run_tests gpu_test_nvfp4_mega_moe nvfp4_default 150 ;;
+    nvfp4-simple | nvfp4-pipelined)
+      v=${stage#nvfp4-}
+      MEGAMOE_NVFP4_KERNEL=$v run_tests gpu_test_nvfp4_mega_moe "nvfp4_$v" 150 ;;
+    bench | bench-simple | bench-pipelined)
+      v=${stage#bench}
+      v=${v#-}
+      [ -n "$v" ] && export MEGAMOE_NVFP4_KERNEL=$v
+      v=${v:-default}
+      timeout 150 "$B/bench_nvfp4_mega_moe" "$O/nvfp4_$v" >"$O/bench_$v.log" 2>&1
+      unset MEGAMOE_NVFP4_KERNEL
       echo "rc=$?" >>"$S"
       [ -f "$O/nvfp4_$v.md" ] && grep -E "uniform|HBM" "$O/nvfp4_$v.md" >>"$S" ;;
     predispatch)
-      timeout 60 "$B/bench_pre_dispatch" "$O/pre_dispatch_h7168.md" >"$O/pre_dispatch.log" 2>&1
+      timeout 90 "$B/bench_pre_dispatch" "$O/pre_dispatch_h7168.md" >"$O/pre_dispatch.log" 2>&1
+      echo "rc=$?" >>"$S"
       grep -E "nvfp4|mxfp4|fp8|Copy|copy" "$O/pre_dispatch_h7168.md" >>"$S" ;;
     sanitizer)
       for tool in memcheck racecheck synccheck; do
@@ -67,8 +72,16 @@ for stage in "$@"; do
       timeout 240 "$B/megamoe" demo --preset dsv4-flash --tokens 128 >"$O/demo.log" 2>&1
       echo "rc=$?" >>"$S"
       tail -12 "$O/demo.log" >>"$S" ;;
+    multigpu)
+      for preset in dsv4-flash h6144-e256-k8; do
+        timeout 200 "$B/megamoe" bench --ranks "$(nvidia-smi -L | wc -l)" --preset $preset \
+          --tokens 1,8,16,128 --check-virtual --out "$O/multi_gpu_$preset" \
+          >"$O/multi_gpu_$preset.log" 2>&1
+        echo "$preset rc=$?" >>"$S"
+        tail -12 "$O/multi_gpu_$preset.log" >>"$S"
+      done ;;
     python)
-      export CC=/usr/bin/gcc CXX=/usr/bin/g++
+      export CC=/usr/bin/gcc CXX=/usr/bin/g++ CMAKE_BUILD_PARALLEL_LEVEL=$(nproc)
       (python3 -m pip install -q --no-build-isolation --no-deps . &&
         PYTHONUNBUFFERED=1 python3 -m pytest tests/python -q -rs) >"$O/python.log" 2>&1
       echo "rc=$?" >>"$S"
