@@ -276,6 +276,8 @@ __global__ void __launch_bounds__(kNvfp4Threads, 1)
 
   // ---- phase 1: FC1 + activation + re-quantization ----------------------------------------
   int b_tile = -1, b_sub = -1;
+  float route_w = 0.0f, route_alpha = 0.0f;  // this thread's route (tid < live) of a new tile
+  bool fresh_routes = false;
   while (cur.phase == 0) {
     const Unit nx = sched.next(cur);
     const Stream ns = stream_of(nx);
@@ -322,13 +324,13 @@ __global__ void __launch_bounds__(kNvfp4Threads, 1)
       }
       __syncthreads();
       if (tid < live) {
+        // Issued here, stored after the token tile: the two loads' latencies overlap.
         const int sr = s.route_src[tid], tok = s.route_tok[tid], k = s.route_k[tid];
         const u8* sb = a.base[sr];
-        s.route_w[tid] =
-            __ldg(reinterpret_cast<const float*>(sb + a.off_topk_w + tok * topk_pitch) + k);
-        s.route_alpha[tid] =
-            __fmul_rn(__ldg(reinterpret_cast<const float*>(sb + a.off_x_global) + tok),
-                      __ldg(a.alpha1[rank] + e));
+        route_w = __ldg(reinterpret_cast<const float*>(sb + a.off_topk_w + tok * topk_pitch) + k);
+        route_alpha = __fmul_rn(__ldg(reinterpret_cast<const float*>(sb + a.off_x_global) + tok),
+                                __ldg(a.alpha1[rank] + e));
+        fresh_routes = true;
       }
     }
     const int sub_live = min(NS, live - cur.sub * NS);
@@ -348,6 +350,12 @@ __global__ void __launch_bounds__(kNvfp4Threads, 1)
           });
       __syncthreads();
     }
+    if (fresh_routes) {
+      // Read by the epilogue only, after reduce_tile's barriers.
+      s.route_w[tid] = route_w;
+      s.route_alpha[tid] = route_alpha;
+      fresh_routes = false;
+    }
     if (cur.col == 0 && cur.sub == 0 && tid < live) {
       int* rl = reinterpret_cast<int*>(mine + a.off_route) + (pool_row0 + tid) * 3;
       rl[0] = s.route_src[tid];
@@ -358,9 +366,10 @@ __global__ void __launch_bounds__(kNvfp4Threads, 1)
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
       for (int c = 0; c < 4; ++c) acc[nt][c] = 0.0f;
+    // Loaded before the stream so that its latency hides behind it (not after the barriers).
+    const float g2 = __ldg(a.fc2_scale[rank] + e);
     consume<KMAX, NT, RING>(ring, cs, ns, s.b, (sub_live + 7) / 8, acc);
     nvfp4_moe::reduce_tile<NT>(s, acc);
-    const float g2 = __ldg(a.fc2_scale[rank] + e);
 #pragma unroll
     for (int it = 0; it < NT; ++it) {
       const int i = it * 8 + warp;
@@ -406,6 +415,7 @@ __global__ void __launch_bounds__(kNvfp4Threads, 1)
   // ---- phase 2: FC2 into the source ranks' combine slots -----------------------------------
   b_tile = -1;
   b_sub = -1;
+  int route_src = 0, route_tok = 0, route_k = 0;  // this thread's route (tid < live) of a new tile
   while (cur.phase == 1) {
     const Unit nx = sched.next(cur);
     const Stream ns = stream_of(nx);
@@ -418,11 +428,14 @@ __global__ void __launch_bounds__(kNvfp4Threads, 1)
       b_sub = -1;
       __syncthreads();
       if (tid < live) {
+        // Issued here, stored after the token tile (which does not need them): the route list
+        // and token tile loads overlap.
         const volatile int* rl =
             reinterpret_cast<const volatile int*>(mine + a.off_route) + (pool_row0 + tid) * 3;
-        s.route_src[tid] = rl[0];
-        s.route_tok[tid] = rl[1];
-        s.route_k[tid] = rl[2];
+        route_src = rl[0];
+        route_tok = rl[1];
+        route_k = rl[2];
+        fresh_routes = true;
       }
     }
     const int sub_live = min(NS, live - cur.sub * NS);
@@ -437,6 +450,13 @@ __global__ void __launch_bounds__(kNvfp4Threads, 1)
           },
           [&](int i) { return mine + a.off_fc2_sf + static_cast<u64>(row0 + i) * a.pitch_fc2_sf; });
       __syncthreads();
+    }
+    if (fresh_routes) {
+      // Read by the epilogue's stores only, after reduce_tile's barriers.
+      s.route_src[tid] = route_src;
+      s.route_tok[tid] = route_tok;
+      s.route_k[tid] = route_k;
+      fresh_routes = false;
     }
     const float factor = __fmul_rn(__ldg(a.fc2_scale[rank] + e), __ldg(a.alpha2[rank] + e));
 #pragma unroll

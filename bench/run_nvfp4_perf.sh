@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# One device call for tuning the pipelined NVFP4 MegaMoE kernel (bench/NOTES.md, "NVFP4"). Builds
+# nothing: run it from the repository root with a folder holding gpu_test_nvfp4_mega_moe and
+# bench_nvfp4_mega_moe. Stages run in the order given while time is left (each is skipped when
+# fewer than 8 of SECONDS remain); the summary comes last, the logs as OUT/logs.tgz.
+#
+#   bench/run_nvfp4_perf.sh BIN OUT SECONDS STAGE...
+#   stages: test      the full GPU test with the pipelined version, each test in its own process
+#           bench     EP1 bench, pipelined, default ring depth
+#           bench4    EP1 bench, pipelined, ring 4
+#           simple    EP1 bench, simple
+#           ncu       stall reasons of one launch (the bench's first: dsv4-flash T = 1)
+#           san       racecheck + memcheck on the small case (pipelined)
+#   e.g. bench/run_nvfp4_perf.sh perfbin $OUT 135 test bench
+set -u
+bin=$1
+final=$2
+budget=$3
+shift 3
+mkdir -p "$final"
+# Logs go to a scratch folder and come back as one archive (the device tool returns few files).
+out=$(mktemp -d)
+start=$(date +%s)
+left() { echo $((budget - ($(date +%s) - start))); }
+export MEGAMOE_CACHE_DIR=${MEGAMOE_CACHE_DIR:-/tmp/megamoe-jit}
+export MEGAMOE_PEER_TIMEOUT_MS=${MEGAMOE_PEER_TIMEOUT_MS:-5000}
+export MEGAMOE_NVFP4_KERNEL=pipelined
+S=$out/summary.txt
+{
+  echo "date $(date -u +%FT%TZ)"
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+} >"$S"
+
+step() {  # label, limit, command...
+  local label=$1 limit=$2
+  shift 2
+  local l t0
+  l=$(left)
+  [ "$l" -lt "$limit" ] && limit=$l
+  if [ "$limit" -lt 8 ]; then
+    echo "SKIP $label (no time)" >>"$S"
+    return 1
+  fi
+  t0=$(date +%s)
+  timeout "$limit" "$@" >>"$out/$label.log" 2>&1
+  local rc=$?
+  echo "$label rc=$rc $(($(date +%s) - t0))s" >>"$S"
+  return $rc
+}
+
+benches=()
+for stage in "$@"; do
+  case $stage in
+    test)
+      for t in $("$bin/gpu_test_nvfp4_mega_moe" --gtest_list_tests |
+        awk '/^[^ ]/{s=$1} /^  /{print s $1}'); do
+        step "test_${t#*.}" 150 "$bin/gpu_test_nvfp4_mega_moe" --gtest_filter="$t"
+        grep -E "^\[  (PASSED|FAILED)|seed [0-9]+$" "$out/test_${t#*.}.log" | tail -3 >>"$S"
+      done ;;
+    bench) step bench_default 40 "$bin/bench_nvfp4_mega_moe" "$out/bench_default" &&
+      benches+=(bench_default) ;;
+    bench4) MEGAMOE_NVFP4_RING=4 step bench_ring4 40 "$bin/bench_nvfp4_mega_moe" "$out/bench_ring4" &&
+      benches+=(bench_ring4) ;;
+    simple) MEGAMOE_NVFP4_KERNEL=simple step bench_simple 40 "$bin/bench_nvfp4_mega_moe" \
+      "$out/bench_simple" && benches+=(bench_simple) ;;
+    ncu)
+      step ncu 60 ncu --clock-control none --launch-count 1 --kernel-name regex:mega_moe \
+        --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
+        --section SchedulerStats --section Occupancy -o "$out/prof" \
+        "$bin/bench_nvfp4_mega_moe" "$out/bench_ncu"
+      [ -f "$out/prof.ncu-rep" ] && ncu --import "$out/prof.ncu-rep" --page details >"$out/ncu.txt" 2>&1 &&
+        grep -E "Duration|Throughput|Stall|Issued|Eligible|Active Warps|No Eligible" "$out/ncu.txt" |
+        head -40 >>"$S" ;;
+    san)
+      for tool in racecheck memcheck; do
+        step "san_$tool" 40 compute-sanitizer --tool $tool "$bin/gpu_test_nvfp4_mega_moe" \
+          --gtest_filter='*SanitizerSizedCase'
+        grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$out/san_$tool.log" | tail -1 >>"$S"
+      done ;;
+    *) echo "unknown stage $stage" >>"$S" ;;
+  esac
+done
+for b in "${benches[@]}"; do
+  echo "== $b" >>"$S"
+  grep -E "uniform|HBM" "$out/$b.md" | cut -d'|' -f2-4,7-10 >>"$S"
+done
+cp "$S" "$final/summary.txt"
+tar czf "$final/logs.tgz" -C "$out" .
+cat "$S"
