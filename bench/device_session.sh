@@ -49,17 +49,20 @@ for stage in "$@"; do
         gpu_test_multi_gpu; do
         [ -x "$B/$bin" ] && run_tests "$bin" "$bin" 120
       done ;;
-    nvfp4) run_tests gpu_test_nvfp4_mega_moe nvfp4_default 150 ;;
+    nvfp4) run_tests gpu_test_nvfp4_mega_moe "nvfp4_${MEGAMOE_NVFP4_KERNEL:-default}" 150 ;;
     nvfp4-simple | nvfp4-pipelined)
       v=${stage#nvfp4-}
       MEGAMOE_NVFP4_KERNEL=$v run_tests gpu_test_nvfp4_mega_moe "nvfp4_$v" 150 ;;
     bench | bench-simple | bench-pipelined)
       v=${stage#bench}
       v=${v#-}
-      [ -n "$v" ] && export MEGAMOE_NVFP4_KERNEL=$v
-      v=${v:-default}
-      timeout 120 "$B/bench_nvfp4_mega_moe" "$O/nvfp4_$v" >"$O/bench_$v.log" 2>&1
-      unset MEGAMOE_NVFP4_KERNEL
+      v=${v:-${MEGAMOE_NVFP4_KERNEL:-default}}
+      if [ "$v" = default ]; then
+        timeout 120 "$B/bench_nvfp4_mega_moe" "$O/nvfp4_$v" >"$O/bench_$v.log" 2>&1
+      else
+        MEGAMOE_NVFP4_KERNEL=$v timeout 120 "$B/bench_nvfp4_mega_moe" "$O/nvfp4_$v" \
+          >"$O/bench_$v.log" 2>&1
+      fi
       echo "rc=$?" >>"$S"
       [ -f "$O/nvfp4_$v.md" ] && grep -E "uniform|HBM" "$O/nvfp4_$v.md" >>"$S" ;;
     predispatch)
