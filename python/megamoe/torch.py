@@ -61,7 +61,9 @@ def _arg(t: Optional[torch.Tensor]):
 
 def _tensor(array) -> torch.Tensor:
     """A DLPack array of the extension (a region view) as a torch tensor, no copy."""
-    return torch.utils.dlpack.from_dlpack(array.__dlpack__())
+    # The extension hands out either DLPack capsules or objects with __dlpack__; from_dlpack
+    # takes both.
+    return torch.utils.dlpack.from_dlpack(array)
 
 
 def _args(d):

@@ -89,11 +89,23 @@ class NcclPeerMemory final : public PeerMemory {
           head.lsa_flat_base +
           lsa * static_cast<std::int64_t>(head.stride_4g) * (std::int64_t{1} << 32);
     }
-    if (head.world_rank != rank_ || peers_[static_cast<std::size_t>(rank_)] != local_) {
+    // NCCL maps the window a second time into the flat LSA range, so this rank's flat address
+    // differs from the ncclMemAlloc pointer; prove both name the same memory with a marker.
+    char* flat_self = head.lsa_flat_base + static_cast<std::int64_t>(head.lsa_rank) *
+                                               static_cast<std::int64_t>(head.stride_4g) *
+                                               (std::int64_t{1} << 32);
+    const std::uint64_t marker = 0x6D6567616D6F6531ull ^ static_cast<std::uint64_t>(rank_);
+    std::uint64_t seen = 0;
+    MEGAMOE_CU(d.cuMemcpyHtoD(reinterpret_cast<CUdeviceptr>(local_), &marker, sizeof marker));
+    MEGAMOE_CU(d.cuMemcpyDtoH(&seen, reinterpret_cast<CUdeviceptr>(flat_self), sizeof seen));
+    if (head.world_rank != rank_ || seen != marker) {
       throw CudaError(
-          "nccl peer memory: the NCCL window does not map this rank's buffer where expected "
-          "(ranks outside one NVLink domain?)");
+          "nccl peer memory: the NCCL window's LSA mapping does not reach this rank's "
+          "buffer (world rank " +
+          std::to_string(head.world_rank) + ", lsa rank " + std::to_string(head.lsa_rank) +
+          ", expected rank " + std::to_string(rank_) + "); ranks outside one NVLink domain?");
     }
+    peers_[static_cast<std::size_t>(rank_)] = local_;
   }
 
   void release() noexcept {

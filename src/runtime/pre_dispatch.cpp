@@ -128,7 +128,9 @@ int pre_dispatch_fp4_warps_per_row(const MoEConfig& config, const PreDispatchVar
     return 0;
   }
   int w = variant.fp4_warps_per_row;
-  if (w == 0) w = f == Format::nvfp4 ? 1 : 0;
+  // Default: two warps per row for both FP4 formats, the fastest layout measured on the H200
+  // (bench/results/2026-11-29-device-run-2.md: nvfp4 75.9 %, mxfp4 76.6 % of copy bandwidth).
+  if (w == 0) w = 2;
   if (w != 1 && w != 2 && w != 4) return 0;
   // The kernel's register budget: at most kFp4RowsMaxSteps units of 16 elements per lane.
   const std::int64_t steps = (h / 16 + 32 * w - 1) / (32 * w);

@@ -12,7 +12,9 @@ namespace megamoe::runtime {
 namespace {
 
 constexpr std::size_t kMaxDynamicSmem = 227 * 1024;  // sm_90 opt-in limit per block
-constexpr Nvfp4KernelVersion kDefaultVersion = Nvfp4KernelVersion::simple;
+// `pipelined` passed the whole GPU suite and is 1.3-1.6x faster than `simple`
+// (bench/results/2026-11-29-device-run-2.md).
+constexpr Nvfp4KernelVersion kDefaultVersion = Nvfp4KernelVersion::pipelined;
 
 std::size_t smem_for(const MoEConfig& c, int block_m, int ns) {
   const auto kmax = static_cast<std::size_t>(std::max(c.shape.hidden, c.shape.intermediate));
