@@ -255,20 +255,23 @@ TEST(PreDispatchCodecs, Fp4LayoutDefaultsAndLimits) {
   MoEConfig c;
   c.shape.hidden = 7168;
   c.act_format = Format::nvfp4;
-  EXPECT_EQ(runtime::pre_dispatch_fp4_warps_per_row(c, {}), 1);
+  EXPECT_EQ(runtime::pre_dispatch_fp4_warps_per_row(c, {}), 2);  // the measured default
   EXPECT_EQ(runtime::pre_dispatch_threads(c, {}), 128);
   runtime::PreDispatchVariant cta;
   cta.cta_per_row = true;
   EXPECT_EQ(runtime::pre_dispatch_fp4_warps_per_row(c, cta), 0);
   EXPECT_EQ(runtime::pre_dispatch_threads(c, cta), 224);
-  c.shape.hidden = 16384;  // 32 steps for one warp: too many registers, 8 for four warps
-  EXPECT_EQ(runtime::pre_dispatch_fp4_warps_per_row(c, {}), 0);
+  c.shape.hidden = 16384;  // 32 steps for one warp: too many registers; 16 for two, 8 for four
+  runtime::PreDispatchVariant one;
+  one.fp4_warps_per_row = 1;
+  EXPECT_EQ(runtime::pre_dispatch_fp4_warps_per_row(c, one), 0);
+  EXPECT_EQ(runtime::pre_dispatch_fp4_warps_per_row(c, {}), 2);
   runtime::PreDispatchVariant four;
   four.fp4_warps_per_row = 4;
   EXPECT_EQ(runtime::pre_dispatch_fp4_warps_per_row(c, four), 4);
   c.act_format = Format::mxfp4;
   c.shape.hidden = 7168;
-  EXPECT_EQ(runtime::pre_dispatch_fp4_warps_per_row(c, {}), 0);
+  EXPECT_EQ(runtime::pre_dispatch_fp4_warps_per_row(c, {}), 2);
   EXPECT_EQ(runtime::pre_dispatch_fp4_warps_per_row(c, four), 4);
   c.act_format = Format::fp8;
   EXPECT_EQ(runtime::pre_dispatch_fp4_warps_per_row(c, four), 0);
