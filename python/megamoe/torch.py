@@ -43,7 +43,9 @@ set_num_sms = getattr(_core, "set_num_sms", None)
 
 
 def _stream(device: torch.device) -> int:
-    return torch.cuda.current_stream(device).cuda_stream
+    # A host tensor is rejected by the library's validation; name the current GPU's stream so
+    # that the error is megamoe's InvalidArgument, not torch's.
+    return torch.cuda.current_stream(device if device.type == "cuda" else None).cuda_stream
 
 
 def _arg(t: Optional[torch.Tensor]):
@@ -89,6 +91,8 @@ class SymmBuffer:
         self.core = core
         self.plan = core.plan
         self.config = core.plan.config
+        # Plain ints, so that torch.compile can trace code that reads them.
+        self.hidden = int(self.config.hidden)
         self.num_ranks = core.num_ranks
         self.driven_ranks = list(core.driven_ranks)
         # One uint8 tensor per driven rank: the memory the ops declare as mutated.
@@ -227,7 +231,7 @@ def _outputs(buffer, num_tokens, out, n):
             "megamoe: argument 'num_tokens': must be given when out is not "
             "(the token count of the last pre-dispatch)", "num_tokens", "must be given")
     counts = list(num_tokens) if isinstance(num_tokens, (list, tuple)) else [num_tokens] * n
-    return [torch.empty(t, buffer.config.hidden, dtype=torch.bfloat16, device=buffer.device)
+    return [torch.empty(t, buffer.hidden, dtype=torch.bfloat16, device=buffer.device)
             for t in counts]
 
 

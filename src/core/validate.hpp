@@ -101,8 +101,12 @@ void validate_buffer(const BufferFacts& buffer);
 // The buffer was planned for one of `families` ("nvfp4 x nvfp4"); `function` names the caller.
 void check_family(const BufferFacts& buffer, std::string_view function, bool ok,
                   std::string_view wanted);
-// `ranks[i]` (named "<list>[i].rank") covers every driven rank exactly once.
-void check_rank_set(const BufferFacts& buffer, std::span<const int> ranks, std::string_view list);
+// `ranks[i]` (named "<list>[i].rank") are distinct driven ranks: every driven rank exactly once
+// when `all_driven` (a fused layer launches every driven rank together), otherwise at least one
+// (pre-dispatch fills each rank's input region independently).
+enum class RankCoverage : bool { subset, all_driven };
+void check_rank_set(const BufferFacts& buffer, std::span<const int> ranks, std::string_view list,
+                    RankCoverage coverage = RankCoverage::all_driven);
 
 // ---- entry points ---------------------------------------------------------------------------
 void validate_pre_dispatch(const BufferFacts& buffer, std::span<const PreDispatchInputs> inputs);

@@ -72,7 +72,8 @@ void check_family(const BufferFacts& b, std::string_view function, bool ok,
   }
 }
 
-void check_rank_set(const BufferFacts& b, std::span<const int> ranks, std::string_view list) {
+void check_rank_set(const BufferFacts& b, std::span<const int> ranks, std::string_view list,
+                    RankCoverage coverage) {
   const int r = b.plan->config.num_ranks;
   for (std::size_t i = 0; i < ranks.size(); ++i) {
     const std::string name = field(indexed(list, i), "rank");
@@ -91,6 +92,10 @@ void check_rank_set(const BufferFacts& b, std::span<const int> ranks, std::strin
       }
     }
   }
+  if (coverage == RankCoverage::subset) {
+    if (ranks.empty()) throw_invalid(list, "must name at least one driven rank", "0 entries");
+    return;
+  }
   if (ranks.size() != b.driven_ranks.size()) {
     throw_invalid(list,
                   "must have one entry per driven rank (" + num(std::ssize(b.driven_ranks)) + ")",
@@ -103,7 +108,7 @@ void validate_pre_dispatch(const BufferFacts& b, std::span<const PreDispatchInpu
   const MoEConfig& c = b.plan->config;
   std::vector<int> ranks;
   for (const PreDispatchInputs& in : inputs) ranks.push_back(in.rank);
-  check_rank_set(b, ranks, "inputs");
+  check_rank_set(b, ranks, "inputs", RankCoverage::subset);
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     const PreDispatchInputs& in = inputs[i];
     const std::string base = indexed("inputs", i);
