@@ -120,11 +120,11 @@ int main(int argc, char** argv) {
       int warps_per_row;  // FP4: warps per row of the row kernel (0: the default layout)
     };
     const Variant variants[] = {
-        {"nvfp4 (default: 1 warp per row)", Format::nvfp4, Fp8ScaleKind::f32, true, false, 0},
+        {"nvfp4 (library default)", Format::nvfp4, Fp8ScaleKind::f32, true, false, 0},
         {"nvfp4 (2 warps per row)", Format::nvfp4, Fp8ScaleKind::f32, true, false, 2},
         {"nvfp4 (4 warps per row)", Format::nvfp4, Fp8ScaleKind::f32, true, false, 4},
         {"nvfp4 (CTA per row)", Format::nvfp4, Fp8ScaleKind::f32, true, true, 0},
-        {"mxfp4 (default: CTA per row)", Format::mxfp4, Fp8ScaleKind::f32, true, false, 0},
+        {"mxfp4 (library default)", Format::mxfp4, Fp8ScaleKind::f32, true, false, 0},
         {"mxfp4 (1 warp per row)", Format::mxfp4, Fp8ScaleKind::f32, true, false, 1},
         {"mxfp4 (2 warps per row)", Format::mxfp4, Fp8ScaleKind::f32, true, false, 2},
         {"mxfp4 (4 warps per row)", Format::mxfp4, Fp8ScaleKind::f32, true, false, 4},
