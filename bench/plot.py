@@ -23,8 +23,10 @@ def main():
     groups = defaultdict(list)
     for r in rows:
         groups[(r["preset"], r.get("routing", "uniform"))].append(r)
-    fig, axes = plt.subplots(1, len(groups), figsize=(6 * len(groups), 4.5), squeeze=False)
-    for ax, ((preset, routing), rs) in zip(axes[0], sorted(groups.items())):
+    cols = min(3, len(groups))
+    nrows = (len(groups) + cols - 1) // cols
+    fig, axes = plt.subplots(nrows, cols, figsize=(6 * cols, 4.5 * nrows), squeeze=False)
+    for ax, ((preset, routing), rs) in zip(axes.flat, sorted(groups.items())):
         rs.sort(key=lambda r: int(r["tokens"]))
         t = [int(r["tokens"]) for r in rs]
 
