@@ -13,6 +13,7 @@
 
 #include "megamoe/buffer.hpp"
 #include "megamoe/config.hpp"
+#include "megamoe/error.hpp"
 #include "megamoe/mega_moe.hpp"
 #include "megamoe/nvfp4_mega_moe.hpp"
 #include "megamoe/pre_dispatch.hpp"
@@ -136,5 +137,28 @@ void validate_side_lora_backward(const BufferFacts& buffer,
 // "name[i]" / "name.field", for argument names in messages.
 std::string indexed(std::string_view name, std::size_t i);
 std::string field(std::string_view name, std::string_view member);
+
+// Shared by every fused-layer call: the buffer, its family, every driven rank exactly once, one
+// weight entry per output, and each output's rows. `Output` has `rank` and `out` members.
+template <typename Output>
+void validate_layer_call(const BufferFacts& b, std::string_view function, bool family_ok,
+                         std::string_view family, std::size_t num_weights,
+                         std::span<const Output> outputs) {
+  validate_buffer(b);
+  check_family(b, function, family_ok, family);
+  std::vector<int> ranks;
+  for (const Output& o : outputs) ranks.push_back(o.rank);
+  check_rank_set(b, ranks, "outputs");
+  if (num_weights != outputs.size()) {
+    throw_invalid(
+        "weights",
+        "must have one entry per entry of outputs (" + std::to_string(outputs.size()) + ")",
+        std::to_string(num_weights) + " entries");
+  }
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    check_token_rows(outputs[i].out, field(indexed("outputs", i), "out"), DType::bf16,
+                     b.plan->config, b.device);
+  }
+}
 
 }  // namespace megamoe::validate

@@ -7,26 +7,11 @@
 namespace megamoe::validate {
 namespace {
 
-// Shared by every family: buffer, family, rank coverage, one weight entry per output, outputs.
 template <typename Weights>
 void validate_call(const BufferFacts& b, std::string_view function, bool family_ok,
                    std::string_view family, std::span<const Weights> weights,
                    std::span<const MoEOutputs> outputs) {
-  validate_buffer(b);
-  check_family(b, function, family_ok, family);
-  std::vector<int> ranks;
-  for (const MoEOutputs& o : outputs) ranks.push_back(o.rank);
-  check_rank_set(b, ranks, "outputs");
-  if (weights.size() != outputs.size()) {
-    throw_invalid(
-        "weights",
-        "must have one entry per entry of outputs (" + std::to_string(outputs.size()) + ")",
-        std::to_string(weights.size()) + " entries");
-  }
-  for (std::size_t i = 0; i < outputs.size(); ++i) {
-    check_token_rows(outputs[i].out, field(indexed("outputs", i), "out"), DType::bf16,
-                     b.plan->config, b.device);
-  }
+  validate_layer_call(b, function, family_ok, family, weights.size(), outputs);
 }
 
 }  // namespace

@@ -96,22 +96,12 @@ void validate_nvfp4_kernel_weights(const MoEConfig& c, const Nvfp4KernelWeights&
 void validate_nvfp4_mega_moe(const BufferFacts& b, std::span<const Nvfp4KernelWeights> weights,
                              std::span<const Nvfp4MoEOutputs> outputs,
                              const Nvfp4KernelWeightBytes& bytes) {
-  validate_buffer(b);
   const MoEConfig& c = b.plan->config;
-  check_family(b, "nvfp4_mega_moe",
-               c.weight_format == Format::nvfp4 && c.act_format == Format::nvfp4, "nvfp4 x nvfp4");
-  std::vector<int> ranks;
-  for (const Nvfp4MoEOutputs& o : outputs) ranks.push_back(o.rank);
-  check_rank_set(b, ranks, "outputs");
-  if (weights.size() != outputs.size()) {
-    throw_invalid(
-        "weights",
-        "must have one entry per entry of outputs (" + std::to_string(outputs.size()) + ")",
-        std::to_string(weights.size()) + " entries");
-  }
-  for (std::size_t i = 0; i < outputs.size(); ++i) {
+  validate_layer_call(b, "nvfp4_mega_moe",
+                      c.weight_format == Format::nvfp4 && c.act_format == Format::nvfp4,
+                      "nvfp4 x nvfp4", weights.size(), outputs);
+  for (std::size_t i = 0; i < weights.size(); ++i) {
     validate_nvfp4_kernel_weights(c, weights[i], bytes, b.device, indexed("weights", i));
-    check_token_rows(outputs[i].out, field(indexed("outputs", i), "out"), DType::bf16, c, b.device);
   }
 }
 
