@@ -19,7 +19,7 @@ constexpr Command kCommands[] = {
     {"demo", megamoe::tool::cmd_demo, "run the flagship layer on a default preset and check it"},
     {"plan", megamoe::tool::cmd_plan, "print the symmetric buffer layout of a configuration"},
     {"precompile", megamoe::tool::cmd_precompile, "compile every kernel a configuration needs"},
-    {"bench", megamoe::tool::cmd_bench, "benchmarks per bench/README.md"},
+    {"bench", megamoe::tool::cmd_bench, "multi-GPU launcher: one process per GPU over NCCL"},
 };
 
 void usage() {
