@@ -7,10 +7,6 @@ Results are dicts of NumPy arrays, e.g. moe_forward(...)["out"] float64 [N, H].
 
 from . import _core
 
-if "reference" not in _core.areas.split(","):
-    raise ImportError("megamoe.reference is not in this build: the C++ library does not "
-                      "implement the reference oracle yet")
-
 _oracle = _core.reference
 LoraWeights = _oracle.LoraWeights
 Precision = _oracle.Precision

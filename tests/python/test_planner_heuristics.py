@@ -5,9 +5,6 @@ import pytest
 
 import megamoe
 
-needs_planner = pytest.mark.skipif("planner" not in megamoe.areas, reason="planner not built")
-needs_heuristics = pytest.mark.skipif("heuristics" not in megamoe.areas,
-                                      reason="heuristics not built")
 
 INPUT_REGIONS = ["x", "x_sf", "topk_idx", "topk_weights", "num_tokens", "error_count"]
 
@@ -19,7 +16,6 @@ def config(**kw):
     return megamoe.MoEConfig(**fields)
 
 
-@needs_planner
 @pytest.mark.parametrize("fmt", ["nvfp4", "fp8"])
 def test_plan_regions_are_aligned_ordered_and_disjoint(fmt):
     c = config(weight_format=fmt, act_format=fmt)
@@ -40,7 +36,6 @@ def test_plan_regions_are_aligned_ordered_and_disjoint(fmt):
     assert plan.config.hidden == h
 
 
-@needs_planner
 def test_plan_grows_with_tokens_and_errors_name_the_argument():
     small = megamoe.plan_symm_buffer(config(max_tokens_per_rank=32)).total_bytes
     large = megamoe.plan_symm_buffer(config(max_tokens_per_rank=512)).total_bytes
@@ -54,7 +49,6 @@ def test_plan_grows_with_tokens_and_errors_name_the_argument():
         megamoe.plan_symm_buffer(config(hidden=0))
 
 
-@needs_heuristics
 def test_block_m_is_reachable_and_monotone():
     c = config(max_tokens_per_rank=4096)
     reachable = megamoe.reachable_block_ms(c)
@@ -67,7 +61,6 @@ def test_block_m_is_reachable_and_monotone():
         previous = bm
 
 
-@needs_heuristics
 def test_sm_budget_rule():
     assert megamoe.resolve_num_sms(132, 0, None) == 132
     assert megamoe.resolve_num_sms(132, 0, "3") == 128  # headroom rounded up to even
@@ -80,7 +73,6 @@ def test_sm_budget_rule():
     assert info.value.argument == "num_sms"
 
 
-@needs_heuristics
 def test_get_num_sms_without_gpu_is_a_cuda_error():
     try:
         n = megamoe.get_num_sms()
