@@ -94,8 +94,12 @@ std::vector<nb::object> per_rank(nb::handle value, std::size_t n, const char* na
 // The ranks of a call with n per-rank entries: `rank` (an int or a list), or else the buffer's
 // driven ranks when n equals their count, or else 0..n-1.
 std::vector<int> ranks_arg(nb::handle rank, std::size_t n, const std::vector<int>& driven);
-// An optional field: an empty view when absent or None.
+// A field of a dict or object as a read-only / writable view; optional_* give an empty view when
+// the field is absent or None.
+TensorView field_view(nb::handle obj, const char* name, DType dtype);
+TensorView mutable_field_view(nb::handle obj, const char* name, DType dtype);
 TensorView optional_view(nb::handle obj, const char* name, DType dtype);
+TensorView optional_mutable_view(nb::handle obj, const char* name, DType dtype);
 
 // CUDA stream argument: an int (the cudaStream_t address), None (the legacy default stream), or
 // an object with `cuda_stream` (torch.cuda.Stream) or `ptr` (cupy) attributes.

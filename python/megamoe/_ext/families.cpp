@@ -8,10 +8,6 @@
 namespace megamoe::python {
 namespace {
 
-TensorView in(nb::handle obj, const char* name, DType dtype) {
-  return to_view(as_array(field(obj, name), name), name, dtype);
-}
-
 // FP8 block scales are f32 or UE8M0 bytes; the dtype of the array says which.
 TensorView fp8_scales(nb::handle obj, const char* name) {
   Array a = as_array(field(obj, name), name);
@@ -20,17 +16,18 @@ TensorView fp8_scales(nb::handle obj, const char* name) {
 }
 
 Fp8ExpertWeights fp8_weights(nb::handle w) {
-  return Fp8ExpertWeights{in(w, "w13", DType::e4m3), fp8_scales(w, "w13_sf"),
-                          in(w, "w2", DType::e4m3), fp8_scales(w, "w2_sf")};
+  return Fp8ExpertWeights{field_view(w, "w13", DType::e4m3), fp8_scales(w, "w13_sf"),
+                          field_view(w, "w2", DType::e4m3), fp8_scales(w, "w2_sf")};
 }
 
 Mxfp4ExpertWeights mxfp4_weights(nb::handle w) {
-  return Mxfp4ExpertWeights{in(w, "w13", DType::e2m1x2), in(w, "w13_sf", DType::ue8m0),
-                            in(w, "w2", DType::e2m1x2), in(w, "w2_sf", DType::ue8m0)};
+  return Mxfp4ExpertWeights{
+      field_view(w, "w13", DType::e2m1x2), field_view(w, "w13_sf", DType::ue8m0),
+      field_view(w, "w2", DType::e2m1x2), field_view(w, "w2_sf", DType::ue8m0)};
 }
 
 Bf16ExpertWeights bf16_weights(nb::handle w) {
-  return Bf16ExpertWeights{in(w, "w13", DType::bf16), in(w, "w2", DType::bf16)};
+  return Bf16ExpertWeights{field_view(w, "w13", DType::bf16), field_view(w, "w2", DType::bf16)};
 }
 
 template <typename Weights, typename Convert, typename Run>

@@ -8,23 +8,15 @@
 namespace megamoe::python {
 namespace {
 
-TensorView view_field(nb::handle obj, const char* name, DType dtype) {
-  return to_view(as_array(field(obj, name), name), name, dtype);
-}
-
-TensorView out_field(nb::handle obj, const char* name, DType dtype) {
-  return to_view(as_mutable_array(field(obj, name), name), name, dtype);
-}
-
 Nvfp4CheckpointWeights checkpoint_of(nb::handle w, nb::handle sf_layout) {
   Nvfp4CheckpointWeights c;
-  c.w13 = view_field(w, "w13", DType::e2m1x2);
-  c.w13_sf = view_field(w, "w13_sf", DType::ue4m3);
-  c.w13_global = view_field(w, "w13_global", DType::f32);
-  c.w2 = view_field(w, "w2", DType::e2m1x2);
-  c.w2_sf = view_field(w, "w2_sf", DType::ue4m3);
-  c.w2_global = view_field(w, "w2_global", DType::f32);
-  c.fc2_input_scale = view_field(w, "fc2_input_scale", DType::f32);
+  c.w13 = field_view(w, "w13", DType::e2m1x2);
+  c.w13_sf = field_view(w, "w13_sf", DType::ue4m3);
+  c.w13_global = field_view(w, "w13_global", DType::f32);
+  c.w2 = field_view(w, "w2", DType::e2m1x2);
+  c.w2_sf = field_view(w, "w2_sf", DType::ue4m3);
+  c.w2_global = field_view(w, "w2_global", DType::f32);
+  c.fc2_input_scale = field_view(w, "fc2_input_scale", DType::f32);
   if (!sf_layout.is_none()) {
     c.sf_layout = enum_arg<ScaleLayout>(sf_layout, "sf_layout");
   } else if (has_field(w, "sf_layout")) {
@@ -35,7 +27,7 @@ Nvfp4CheckpointWeights checkpoint_of(nb::handle w, nb::handle sf_layout) {
 
 Nvfp4KernelWeights kernel_weights_of(nb::handle w, bool writable) {
   auto get = [&](const char* name, DType dtype) {
-    return writable ? out_field(w, name, dtype) : view_field(w, name, dtype);
+    return writable ? mutable_field_view(w, name, dtype) : field_view(w, name, dtype);
   };
   Nvfp4KernelWeights k;
   k.w13 = get("w13", DType::u8);

@@ -8,55 +8,43 @@
 namespace megamoe::python {
 namespace {
 
-TensorView in(nb::handle obj, const char* name, DType dtype) {
-  return to_view(as_array(field(obj, name), name), name, dtype);
-}
-
-TensorView out(nb::handle obj, const char* name, DType dtype) {
-  return to_view(as_mutable_array(field(obj, name), name), name, dtype);
-}
-
-TensorView optional_out(nb::handle obj, const char* name, DType dtype) {
-  if (!has_field(obj, name)) return TensorView{};
-  return out(obj, name, dtype);
-}
-
 // bf16 base: w13/w2 bf16; mxfp4 base: e2m1x2 + ue8m0 scales. The scales say which.
 SideLoraBaseWeights base_of(nb::handle b) {
   const bool mxfp4 = has_field(b, "w13_sf");
   const DType w = mxfp4 ? DType::e2m1x2 : DType::bf16;
-  return SideLoraBaseWeights{in(b, "w13", w), optional_view(b, "w13_sf", DType::ue8m0),
-                             in(b, "w2", w), optional_view(b, "w2_sf", DType::ue8m0)};
+  return SideLoraBaseWeights{field_view(b, "w13", w), optional_view(b, "w13_sf", DType::ue8m0),
+                             field_view(b, "w2", w), optional_view(b, "w2_sf", DType::ue8m0)};
 }
 
 SideLoraAdapters adapters_of(nb::handle a) {
   SideLoraAdapters s;
-  s.a1 = in(a, "a1", DType::bf16);
+  s.a1 = field_view(a, "a1", DType::bf16);
   s.a3 = optional_view(a, "a3", DType::bf16);
-  s.b1 = in(a, "b1", DType::bf16);
-  s.b3 = in(a, "b3", DType::bf16);
-  s.a2 = in(a, "a2", DType::bf16);
-  s.b2 = in(a, "b2", DType::bf16);
+  s.b1 = field_view(a, "b1", DType::bf16);
+  s.b3 = field_view(a, "b3", DType::bf16);
+  s.a2 = field_view(a, "a2", DType::bf16);
+  s.b2 = field_view(a, "b2", DType::bf16);
   if (has_field(a, "scale")) s.scale = nb::cast<float>(field(a, "scale"));
   if (has_field(a, "tied_a13")) s.tied_a13 = nb::cast<bool>(field(a, "tied_a13"));
   return s;
 }
 
 SideLoraSaved saved_of(nb::handle s) {
-  return SideLoraSaved{out(s, "x_a", DType::f32), out(s, "z", DType::f32),
-                       out(s, "pool", DType::u8)};
+  return SideLoraSaved{mutable_field_view(s, "x_a", DType::f32),
+                       mutable_field_view(s, "z", DType::f32),
+                       mutable_field_view(s, "pool", DType::u8)};
 }
 
 SideLoraGrads grads_of(nb::handle g) {
   SideLoraGrads r;
-  r.dx = out(g, "dx", DType::bf16);
-  r.d_topk_weights = out(g, "d_topk_weights", DType::f32);
-  r.da1 = out(g, "da1", DType::f32);
-  r.da3 = optional_out(g, "da3", DType::f32);
-  r.db1 = out(g, "db1", DType::f32);
-  r.db3 = out(g, "db3", DType::f32);
-  r.da2 = out(g, "da2", DType::f32);
-  r.db2 = out(g, "db2", DType::f32);
+  r.dx = mutable_field_view(g, "dx", DType::bf16);
+  r.d_topk_weights = mutable_field_view(g, "d_topk_weights", DType::f32);
+  r.da1 = mutable_field_view(g, "da1", DType::f32);
+  r.da3 = optional_mutable_view(g, "da3", DType::f32);
+  r.db1 = mutable_field_view(g, "db1", DType::f32);
+  r.db3 = mutable_field_view(g, "db3", DType::f32);
+  r.da2 = mutable_field_view(g, "da2", DType::f32);
+  r.db2 = mutable_field_view(g, "db2", DType::f32);
   return r;
 }
 

@@ -370,9 +370,20 @@ std::vector<int> ranks_arg(nb::handle rank, std::size_t n, const std::vector<int
   return ranks;
 }
 
-TensorView optional_view(nb::handle obj, const char* name, DType dtype) {
-  if (!has_field(obj, name)) return TensorView{};
+TensorView field_view(nb::handle obj, const char* name, DType dtype) {
   return to_view(as_array(field(obj, name), name), name, dtype);
+}
+
+TensorView mutable_field_view(nb::handle obj, const char* name, DType dtype) {
+  return to_view(as_mutable_array(field(obj, name), name), name, dtype);
+}
+
+TensorView optional_view(nb::handle obj, const char* name, DType dtype) {
+  return has_field(obj, name) ? field_view(obj, name, dtype) : TensorView{};
+}
+
+TensorView optional_mutable_view(nb::handle obj, const char* name, DType dtype) {
+  return has_field(obj, name) ? mutable_field_view(obj, name, dtype) : TensorView{};
 }
 
 void* stream_arg(nb::handle stream) {
