@@ -11,10 +11,14 @@
 // the kernel layout (the transform is a load-time step and is timed by nobody).
 //
 //   bench_nvfp4_mega_moe [out_prefix]      writes out_prefix.md and out_prefix.csv
+//
+// Subsets for profiling and quick iterations (comma lists; unset = all):
+//   MEGAMOE_BENCH_PRESETS=dsv4-flash  MEGAMOE_BENCH_ROUTINGS=uniform  MEGAMOE_BENCH_TOKENS=1,128
 #include <cuda.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstdio>
 #include <random>
 #include <set>
@@ -37,6 +41,14 @@
 namespace {
 
 using namespace megamoe;
+
+// True when the comma list in environment variable `var` is unset or names `item`.
+bool selected(const char* var, const std::string& item) {
+  const char* v = std::getenv(var);
+  if (v == nullptr || *v == '\0') return true;
+  const std::string list = std::string(",") + v + ",";
+  return list.find("," + item + ",") != std::string::npos;
+}
 using runtime::DeviceBuffer;
 
 constexpr int kSets = 8;
@@ -140,6 +152,7 @@ int main(int argc, char** argv) {
         {"masked20", {reference::RoutingSkew::uniform, 1.2, 0.2}}};
 
     for (const char* preset_name : {"dsv4-flash", "h6144-e256-k8"}) {
+      if (!selected("MEGAMOE_BENCH_PRESETS", preset_name)) continue;
       MoEConfig c;
       c.shape = find_preset(preset_name).shape;
       c.num_ranks = 1;
@@ -177,7 +190,9 @@ int main(int argc, char** argv) {
       const SymmBuffer buffer = get_symm_buffer_for_mega_moe(c, "local");
 
       for (const RoutingCase& rc : routings) {
+        if (!selected("MEGAMOE_BENCH_ROUTINGS", rc.name)) continue;
         for (std::int64_t T : {1, 16, 64, 128, 512}) {
+          if (!selected("MEGAMOE_BENCH_TOKENS", std::to_string(T))) continue;
           std::vector<DeviceBuffer> images, outs;
           std::vector<Nvfp4MoEOutputs> outputs;
           std::size_t image_offset = 0;

@@ -8,6 +8,7 @@
 #   stages: test      the full GPU test with the pipelined version, each test in its own process
 #           bench     EP1 bench, pipelined, default ring depth
 #           bench4    EP1 bench, pipelined, ring 4
+#           bench@KS/RG  EP1 bench, pipelined, K split KS and ring depth RG (e.g. bench@2/8)
 #           simple    EP1 bench, simple
 #           ncu       stall reasons of one launch (the bench's first: dsv4-flash T = 1)
 #           san       racecheck + memcheck on the small case (pipelined)
@@ -59,18 +60,29 @@ for stage in "$@"; do
       done ;;
     bench) step bench_default 40 "$bin/bench_nvfp4_mega_moe" "$out/bench_default" &&
       benches+=(bench_default) ;;
+    bench@*/*)
+      spec=${stage#bench@}
+      MEGAMOE_NVFP4_KSPLIT=${spec%/*} MEGAMOE_NVFP4_RING=${spec#*/} \
+        step "bench_k${spec%/*}r${spec#*/}" 40 "$bin/bench_nvfp4_mega_moe" \
+        "$out/bench_k${spec%/*}r${spec#*/}" && benches+=("bench_k${spec%/*}r${spec#*/}") ;;
     bench4) MEGAMOE_NVFP4_RING=4 step bench_ring4 40 "$bin/bench_nvfp4_mega_moe" "$out/bench_ring4" &&
       benches+=(bench_ring4) ;;
     simple) MEGAMOE_NVFP4_KERNEL=simple step bench_simple 40 "$bin/bench_nvfp4_mega_moe" \
       "$out/bench_simple" && benches+=(bench_simple) ;;
     ncu)
-      step ncu 60 ncu --clock-control none --launch-count 1 --kernel-name regex:mega_moe \
-        --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
-        --section SchedulerStats --section Occupancy -o "$out/prof" \
-        "$bin/bench_nvfp4_mega_moe" "$out/bench_ncu"
-      [ -f "$out/prof.ncu-rep" ] && ncu --import "$out/prof.ncu-rep" --page details >"$out/ncu.txt" 2>&1 &&
-        grep -E "Duration|Throughput|Stall|Issued|Eligible|Active Warps|No Eligible" "$out/ncu.txt" |
-        head -40 >>"$S" ;;
+      # dsv4-flash, uniform, T = NCU_TOKENS (default 128): the first eager launch.
+      MEGAMOE_BENCH_PRESETS=dsv4-flash MEGAMOE_BENCH_ROUTINGS=uniform \
+        MEGAMOE_BENCH_TOKENS=${NCU_TOKENS:-128} step ncu 90 ncu --clock-control none \
+        --launch-count 1 --kernel-name regex:mega_moe --set full --import-source no \
+        -o "$out/prof" "$bin/bench_nvfp4_mega_moe" "$out/bench_ncu"
+      if [ -f "$out/prof.ncu-rep" ]; then
+        ncu --import "$out/prof.ncu-rep" --page details >"$out/ncu.txt" 2>&1
+        ncu --import "$out/prof.ncu-rep" --page source --csv --print-source sass >"$out/sass.csv" 2>&1
+        cp "$out/sass.csv" "$final/sass.csv" && gzip -f "$final/sass.csv"
+        grep -E "Duration|DRAM Throughput|Issue Slots Busy|Eligible Warps|No Eligible|Registers Per|Achieved Occupancy|Warp Cycles Per Issued" \
+          "$out/ncu.txt" | head -20 >>"$S"
+        rm -f "$out/prof.ncu-rep"
+      fi ;;
     san)
       for tool in racecheck memcheck; do
         step "san_$tool" 40 compute-sanitizer --tool $tool "$bin/gpu_test_nvfp4_mega_moe" \

@@ -176,8 +176,9 @@ void nvfp4_mega_moe(const SymmBuffer& buffer, std::span<const Nvfp4KernelWeights
 
   runtime::LaunchConfig cfg;
   cfg.grid = {static_cast<unsigned>(a.ctas_per_rank * a.num_driven), 1, 1};
-  cfg.block = {static_cast<unsigned>(runtime::kNvfp4Threads), 1, 1};
-  cfg.dynamic_smem = runtime::nvfp4_smem_bytes(c, block_m);
+  const runtime::Nvfp4LaunchShape shape = runtime::nvfp4_launch_shape(c, block_m);
+  cfg.block = {static_cast<unsigned>(shape.threads), 1, 1};
+  cfg.dynamic_smem = shape.smem;
   cfg.stream = static_cast<CUstream>(stream);
   runtime::launch_kernel(function, cfg, a);
 }

@@ -10,25 +10,28 @@
 
 namespace megamoe::runtime {
 
-inline constexpr int kNvfp4Threads = 256;
-
-// Tokens per shared-memory sub-tile for this BLOCK_M (16, or 8 when 16 rows of the wider of H and
-// I do not fit); Unsupported when even 8 rows do not fit.
-int nvfp4_token_subtile(const MoEConfig& config, int block_m);
-// Dynamic shared memory of the kernel (bytes), mirroring its Smem struct.
-std::size_t nvfp4_smem_bytes(const MoEConfig& config, int block_m);
-
 // Kernel versions (docs/nvfp4_kernel.md, "Versions"): `simple` streams each work item's weights
 // on its own; `pipelined` keeps one weight stream per warp across items and phases.
 enum class Nvfp4KernelVersion { simple, pipelined };
 // MEGAMOE_NVFP4_KERNEL=simple|pipelined overrides the default; anything else is InvalidArgument.
 Nvfp4KernelVersion nvfp4_kernel_version();
 
-// Weight-ring depth of the pipelined version (blocks of 128 k in flight per warp: 4, 6 or 8).
-// Default: the deepest that divides both phases' blocks per warp (H / 256 and I / 256), so that
-// no ring slot idles at a work-unit boundary; 4 when none does. MEGAMOE_NVFP4_RING=4|6|8
-// overrides it (tuning); anything else is InvalidArgument.
-int nvfp4_ring_depth(const MoEConfig& config);
+// Everything the launcher and the JIT request must agree on for one configuration and BLOCK_M.
+struct Nvfp4LaunchShape {
+  int threads = 256;       // CTA size: 4 row groups x ksplit warps x 32
+  int ksplit = 2;          // warps splitting K per row group (2 or 4; `simple`: 2)
+  int ring = 0;            // weight blocks in flight per warp (`pipelined` only)
+  int token_subtile = 16;  // tokens per shared-memory sub-tile (16, or 8 when 16 do not fit)
+  std::size_t smem = 0;    // dynamic shared memory (bytes), mirroring the kernel's Smem struct
+};
+
+// Defaults, overridable for tuning (anything outside the listed values is InvalidArgument):
+//   MEGAMOE_NVFP4_KSPLIT=2|4   warps per row group (pipelined)
+//   MEGAMOE_NVFP4_RING=2..8    ring depth (2..4 with ksplit 4, 4..8 with ksplit 2)
+// The default ring is the deepest that divides both phases' blocks per warp (no slot idles at a
+// unit boundary). Unsupported when not even an 8-token sub-tile fits in shared memory.
+Nvfp4LaunchShape nvfp4_launch_shape(const MoEConfig& config, int block_m,
+                                    Nvfp4KernelVersion version = nvfp4_kernel_version());
 
 jit::KernelRequest nvfp4_mega_moe_request(const MoEConfig& config, int block_m,
                                           Nvfp4KernelVersion version = nvfp4_kernel_version());

@@ -2,6 +2,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <initializer_list>
+#include <span>
 #include <string>
 
 #include "megamoe/error.hpp"
@@ -15,19 +17,34 @@ constexpr std::size_t kMaxDynamicSmem = 227 * 1024;  // sm_90 opt-in limit per b
 // `pipelined` passed the whole GPU suite and is 1.3-1.6x faster than `simple`
 // (bench/results/2026-11-29-device-run-2.md).
 constexpr Nvfp4KernelVersion kDefaultVersion = Nvfp4KernelVersion::pipelined;
+// 16 warps per CTA (bench/NOTES.md, v4).
+constexpr int kDefaultKsplit = 4;
 
-std::size_t smem_for(const MoEConfig& c, int block_m, int ns) {
+std::size_t smem_for(const MoEConfig& c, int block_m, int ns, int ksplit) {
   const auto kmax = static_cast<std::size_t>(std::max(c.shape.hidden, c.shape.intermediate));
   const auto el = static_cast<std::size_t>(c.experts_per_rank());
   const auto n = static_cast<std::size_t>(ns);
   const auto bm = static_cast<std::size_t>(block_m);
-  const std::size_t bytes = n * (kmax + 8) * 2          // token tile, f16
-                            + 4 * 32 * (n / 8) * 4 * 4  // split-K partials
-                            + 64 * n * 4                // result tile
-                            + el * 4 + (el + 1) * 4     // counts, tile prefix
-                            + 8 * 4                     // source token counts
-                            + bm * 5 * 4;               // routes
+  const auto kw = static_cast<std::size_t>(ksplit);
+  const std::size_t bytes = n * (kmax + 8) * 2                   // token tile, f16
+                            + (kw - 1) * 4 * 32 * (n / 8) * 4 * 4  // split-K partials
+                            + 64 * n * 4                         // result tile
+                            + el * 4 + (el + 1) * 4              // counts, tile prefix
+                            + 8 * 4                              // source token counts
+                            + bm * 5 * 4;                        // routes
   return (bytes + 15) / 16 * 16;
+}
+
+// A small integer from environment variable `name` among `allowed`; `fallback` when unset.
+int env_choice(const char* name, std::initializer_list<int> allowed, int fallback,
+               const char* rule) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  const std::string s(v);
+  for (int x : allowed) {
+    if (s == std::to_string(x)) return x;
+  }
+  throw_invalid(name, rule, s);
 }
 
 int activation_code(const ActivationSpec& a) {
@@ -44,19 +61,6 @@ int activation_code(const ActivationSpec& a) {
 
 }  // namespace
 
-int nvfp4_token_subtile(const MoEConfig& c, int block_m) {
-  for (int ns : {16, 8}) {
-    if (ns > block_m) continue;
-    if (smem_for(c, block_m, ns) <= kMaxDynamicSmem) return ns;
-  }
-  throw Unsupported("nvfp4_mega_moe: H or I too large for the SM90 kernel's token tile (" +
-                    std::to_string(std::max(c.shape.hidden, c.shape.intermediate)) + ")");
-}
-
-std::size_t nvfp4_smem_bytes(const MoEConfig& c, int block_m) {
-  return smem_for(c, block_m, nvfp4_token_subtile(c, block_m));
-}
-
 Nvfp4KernelVersion nvfp4_kernel_version() {
   const char* v = std::getenv("MEGAMOE_NVFP4_KERNEL");
   if (v == nullptr || *v == '\0') return kDefaultVersion;
@@ -66,33 +70,63 @@ Nvfp4KernelVersion nvfp4_kernel_version() {
   throw_invalid("MEGAMOE_NVFP4_KERNEL", "must be 'simple' or 'pipelined'", s);
 }
 
-int nvfp4_ring_depth(const MoEConfig& c) {
-  if (const char* v = std::getenv("MEGAMOE_NVFP4_RING"); v != nullptr && *v != '\0') {
-    const std::string s(v);
-    if (s == "4" || s == "6" || s == "8") return s[0] - '0';
-    throw_invalid("MEGAMOE_NVFP4_RING", "must be 4, 6 or 8", s);
+Nvfp4LaunchShape nvfp4_launch_shape(const MoEConfig& c, int block_m, Nvfp4KernelVersion version) {
+  Nvfp4LaunchShape l;
+  const bool pipelined = version == Nvfp4KernelVersion::pipelined;
+  if (pipelined) {
+    l.ksplit = env_choice("MEGAMOE_NVFP4_KSPLIT", {2, 4}, kDefaultKsplit, "must be 2 or 4");
   }
-  // Blocks of 128 k per warp (two warps split K): a ring depth dividing both keeps every slot
-  // busy across unit boundaries (the ring is aligned to each unit's start).
-  const std::int64_t fc1 = c.shape.hidden / 256, fc2 = c.shape.intermediate / 256;
-  const bool even = c.shape.hidden % 256 == 0 && c.shape.intermediate % 256 == 0;
-  for (int depth : {8, 6}) {
-    if (even && fc1 > 0 && fc2 > 0 && fc1 % depth == 0 && fc2 % depth == 0) return depth;
+  l.threads = 128 * l.ksplit;
+  l.token_subtile = 0;
+  for (int ns : {16, 8}) {
+    if (ns > block_m) continue;
+    if (smem_for(c, block_m, ns, l.ksplit) <= kMaxDynamicSmem) {
+      l.token_subtile = ns;
+      break;
+    }
   }
-  return 4;
+  if (l.token_subtile == 0) {
+    throw Unsupported("nvfp4_mega_moe: H or I too large for the SM90 kernel's token tile (" +
+                      std::to_string(std::max(c.shape.hidden, c.shape.intermediate)) + ")");
+  }
+  l.smem = smem_for(c, block_m, l.token_subtile, l.ksplit);
+  if (pipelined) {
+    // Blocks of 128 k per warp and unit in each phase; a depth dividing both keeps every slot
+    // busy across unit boundaries (the ring is aligned to each unit's start).
+    const std::int64_t span = 128 * static_cast<std::int64_t>(l.ksplit);
+    const std::int64_t fc1 = c.shape.hidden / span, fc2 = c.shape.intermediate / span;
+    const bool even = c.shape.hidden % span == 0 && c.shape.intermediate % span == 0;
+    // 16 warps have 128 registers each: deeper rings than 2 spill at the decode presets.
+    static constexpr int kDepths4[] = {2}, kDepths2[] = {8, 6, 4};
+    const std::span<const int> depths = l.ksplit == 4 ? std::span<const int>(kDepths4)
+                                                      : std::span<const int>(kDepths2);
+    int best = depths.back();
+    for (int d : depths) {
+      if (even && fc1 > 0 && fc2 > 0 && fc1 % d == 0 && fc2 % d == 0) {
+        best = d;
+        break;
+      }
+    }
+    l.ring = l.ksplit == 4 ? env_choice("MEGAMOE_NVFP4_RING", {2, 3, 4}, best,
+                                        "must be 2, 3 or 4 with MEGAMOE_NVFP4_KSPLIT=4")
+                           : env_choice("MEGAMOE_NVFP4_RING", {4, 5, 6, 7, 8}, best,
+                                        "must be 4..8 with MEGAMOE_NVFP4_KSPLIT=2");
+  }
+  return l;
 }
 
 jit::KernelRequest nvfp4_mega_moe_request(const MoEConfig& c, int block_m,
                                           Nvfp4KernelVersion version) {
-  const int ns = nvfp4_token_subtile(c, block_m);
+  const Nvfp4LaunchShape l = nvfp4_launch_shape(c, block_m, version);
   std::string args = std::to_string(c.shape.hidden) + ", " + std::to_string(c.shape.intermediate) +
                      ", " + std::to_string(c.experts_per_rank()) + ", " +
                      std::to_string(c.shape.top_k) + ", " + std::to_string(c.num_ranks) + ", " +
                      std::to_string(block_m) + ", " + std::to_string(c.max_tokens_per_rank) + ", " +
-                     std::to_string(ns) + ", " + std::to_string(activation_code(c.activation));
+                     std::to_string(l.token_subtile) + ", " +
+                     std::to_string(activation_code(c.activation));
   jit::KernelRequest r;
   const bool pipelined = version == Nvfp4KernelVersion::pipelined;
-  if (pipelined) args += ", " + std::to_string(nvfp4_ring_depth(c));
+  if (pipelined) args += ", " + std::to_string(l.ring) + ", " + std::to_string(l.ksplit);
   r.name = pipelined ? "sm90_nvfp4_mega_moe_pipelined" : "sm90_nvfp4_mega_moe";
   r.source = pipelined ? "#include \"megamoe/impls/sm90_nvfp4_mega_moe_pipelined.cuh\"\n"
                        : "#include \"megamoe/impls/sm90_nvfp4_mega_moe.cuh\"\n";
@@ -101,7 +135,7 @@ jit::KernelRequest nvfp4_mega_moe_request(const MoEConfig& c, int block_m,
             ">";
   r.arch = "sm_90a";
   r.arguments = std::string("H, I, E_local, K, R, BLOCK_M, T_max, NS, act") +
-                (pipelined ? ", ring" : "") + " = " + args;
+                (pipelined ? ", ring, ksplit" : "") + " = " + args;
   return r;
 }
 

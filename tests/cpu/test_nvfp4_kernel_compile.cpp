@@ -24,16 +24,24 @@ MoEConfig config(std::int64_t h, std::int64_t inter, std::int64_t e, int k, int 
   return c;
 }
 
+void compile_one(const MoEConfig& c, int block_m, runtime::Nvfp4KernelVersion version) {
+  const jit::KernelRequest r = runtime::nvfp4_mega_moe_request(c, block_m, version);
+  SCOPED_TRACE(describe(c) + " BLOCK_M=" + std::to_string(block_m) + " " + r.entry);
+  const auto k = jit::compile(r);
+  ASSERT_FALSE(k->cubin.empty());
+  test::expect_no_spills(*k);
+  const runtime::Nvfp4LaunchShape l = runtime::nvfp4_launch_shape(c, block_m, version);
+  EXPECT_LE(l.smem, std::size_t{227 * 1024});
+  EXPECT_EQ(l.threads, 128 * l.ksplit);
+}
+
+// `simple`, and `pipelined` with both K splits at their default rings.
 void compile_and_check(const MoEConfig& c, int block_m) {
-  for (auto version :
-       {runtime::Nvfp4KernelVersion::simple, runtime::Nvfp4KernelVersion::pipelined}) {
-    const jit::KernelRequest r = runtime::nvfp4_mega_moe_request(c, block_m, version);
-    SCOPED_TRACE(describe(c) + " BLOCK_M=" + std::to_string(block_m) + " " + r.name);
-    const auto k = jit::compile(r);
-    ASSERT_FALSE(k->cubin.empty());
-    test::expect_no_spills(*k);
+  compile_one(c, block_m, runtime::Nvfp4KernelVersion::simple);
+  for (const char* ksplit : {"2", "4"}) {
+    test::ScopedEnv env("MEGAMOE_NVFP4_KSPLIT", ksplit);
+    compile_one(c, block_m, runtime::Nvfp4KernelVersion::pipelined);
   }
-  EXPECT_LE(runtime::nvfp4_smem_bytes(c, block_m), std::size_t{227 * 1024});
 }
 
 TEST(Nvfp4KernelCompile, SmallShapesEveryRankCountAndTile) {
@@ -64,7 +72,24 @@ TEST(Nvfp4KernelCompile, RegistryListsOneRequestPerReachableBlockM) {
 
 TEST(Nvfp4KernelCompile, TooWideShapesAreUnsupported) {
   const MoEConfig c = config(16384, 16384, 32, 8, 1, 64);
-  EXPECT_THROW(runtime::nvfp4_token_subtile(c, 8), Unsupported);
+  EXPECT_THROW(runtime::nvfp4_launch_shape(c, 8), Unsupported);
+}
+
+TEST(Nvfp4KernelCompile, TuningOverridesAreChecked) {
+  const MoEConfig c = config(4096, 2048, 32, 8, 1, 512);
+  const auto pipelined = runtime::Nvfp4KernelVersion::pipelined;
+  {
+    test::ScopedEnv env("MEGAMOE_NVFP4_KSPLIT", "3");
+    EXPECT_THROW(runtime::nvfp4_launch_shape(c, 8, pipelined), InvalidArgument);
+  }
+  test::ScopedEnv k4("MEGAMOE_NVFP4_KSPLIT", "4");
+  EXPECT_EQ(runtime::nvfp4_launch_shape(c, 8, pipelined).ring, 2);
+  {
+    test::ScopedEnv env("MEGAMOE_NVFP4_RING", "8");
+    EXPECT_THROW(runtime::nvfp4_launch_shape(c, 8, pipelined), InvalidArgument);
+  }
+  test::ScopedEnv r3("MEGAMOE_NVFP4_RING", "3");
+  EXPECT_EQ(runtime::nvfp4_launch_shape(c, 8, pipelined).ring, 3);
 }
 
 }  // namespace

@@ -11,15 +11,19 @@
 namespace megamoe::device {
 namespace nvfp4_pipe {
 
-// The ring depth (blocks of 128 k in flight per warp) is the kernel's RING parameter (4, 6 or 8;
-// 36 / 55 / 74 KB per SM): deeper rings hide more memory latency for more registers.
+// The ring depth (blocks of 128 k in flight per warp) is the kernel's RING parameter: deeper
+// rings hide more memory latency for more registers. KW warps split K (KW = 2: 8 warps, rings of
+// 4-8; KW = 4: 16 warps under a 128-register cap, rings of 2-4): more warps per scheduler hide
+// the fixed-latency chains of the decode, which ncu named the limiter (bench/NOTES.md, v4).
 
-// One warp's view of one unit's weights: blocks kh, kh + 2, ... of its row group.
+// One warp's view of one unit's weights: blocks kh, kh + KW, ... of its row group.
 struct Stream {
   const u8* q;
   const u8* sf;
-  int nbw;  // blocks of this warp
-  int w;    // ring slots the unit occupies: nbw rounded up to RING, at least RING
+  int nbw;     // blocks of this warp
+  int w;       // ring slots the unit occupies: nbw rounded up to RING, at least RING
+  int tileg;   // the unit's global tile and its expert (the binary search runs once per tile)
+  int expert;
 };
 
 template <int RING>
@@ -27,20 +31,21 @@ struct Ring {
   ptx::u32x4v q0[RING], q1[RING], sc[RING];
 };
 
+template <int KW>
 MEGAMOE_DEVICE void load_slot(ptx::u32x4v& q0, ptx::u32x4v& q1, ptx::u32x4v& sc, const Stream& s,
                               int j, int kh, int lane) {
-  const int blk = kh + 2 * j;
+  const int blk = kh + KW * j;
   const u8* q = s.q + blk * 1024 + lane * 16;
   q0 = ptx::load_stream_16(q);
   q1 = ptx::load_stream_16(q + 512);
   sc = ptx::load_stream_16(s.sf + blk * 128 + (lane >> 2) * 16);
 }
 
-template <int RING>
+template <int RING, int KW>
 MEGAMOE_DEVICE void prime(Ring<RING>& ring, const Stream& s, int kh, int lane) {
 #pragma unroll
   for (int p = 0; p < RING; ++p) {
-    if (p < s.nbw) load_slot(ring.q0[p], ring.q1[p], ring.sc[p], s, p, kh, lane);
+    if (p < s.nbw) load_slot<KW>(ring.q0[p], ring.q1[p], ring.sc[p], s, p, kh, lane);
   }
 }
 
@@ -48,17 +53,17 @@ MEGAMOE_DEVICE void prime(Ring<RING>& ring, const Stream& s, int kh, int lane) {
 // (paired_word_index, scheduler/nvfp4_schedule.cuh; conflict-free for consume: a quarter warp
 // reads rows g, g + 1, 16 B apart mod 128, at t * 32 + h * 16 bytes); rows
 // past `live` are zero. All of a thread's loads are issued before its first decode.
-template <int KD, int KMAX, bool kCoherent, class RowPtr, class SfPtr>
+template <int KD, int KMAX, int THREADS, bool kCoherent, class RowPtr, class SfPtr>
 MEGAMOE_DEVICE void load_token_tile_paired(u16* b, int live, RowPtr row_ptr, SfPtr sf_ptr) {
   constexpr int kBlocks = KD / 16;
   constexpr int kBatch = 4;
   const int rows = (live + 7) & ~7;
   const int units = rows * kBlocks;
-  for (int u0 = threadIdx.x; u0 < units; u0 += kBatch * kNvfp4Threads) {
+  for (int u0 = threadIdx.x; u0 < units; u0 += kBatch * THREADS) {
     u32 lo[kBatch], hi[kBatch], sc[kBatch];
 #pragma unroll
     for (int m = 0; m < kBatch; ++m) {
-      const int u = u0 + m * kNvfp4Threads;
+      const int u = u0 + m * THREADS;
       const int i = u / kBlocks;
       const int blk = u - i * kBlocks;
       lo[m] = 0;
@@ -80,7 +85,7 @@ MEGAMOE_DEVICE void load_token_tile_paired(u16* b, int live, RowPtr row_ptr, SfP
     }
 #pragma unroll
     for (int m = 0; m < kBatch; ++m) {
-      const int u = u0 + m * kNvfp4Threads;
+      const int u = u0 + m * THREADS;
       if (u < units) {
         const int i = u / kBlocks;
         const int blk = u - i * kBlocks;
@@ -96,7 +101,7 @@ MEGAMOE_DEVICE void load_token_tile_paired(u16* b, int live, RowPtr row_ptr, SfP
 
 // acc[nt] += the unit's weights x the token tile; refills every freed ring slot with the next
 // block of `cur`, or past its end with the first blocks of `nxt`.
-template <int KMAX, int NT, int RING>
+template <int KMAX, int NT, int RING, int KW>
 MEGAMOE_DEVICE void consume(Ring<RING>& ring, const Stream& cur, const Stream& nxt, const u16* b,
                             int live_tiles, float (&acc)[NT][4]) {
   const int lane = threadIdx.x & 31;
@@ -119,7 +124,7 @@ MEGAMOE_DEVICE void consume(Ring<RING>& ring, const Stream& cur, const Stream& n
           for (int nt = 0; nt < NT; ++nt) {
             if (NT == 1 || nt < live_tiles) {
               bv[nt] = *reinterpret_cast<const ptx::u32x4v*>(brow + nt * 8 * (KMAX + 8) +
-                                                             paired_load_index(kh + 2 * j, q2, t));
+                                                             paired_load_index(kh + KW * j, q2, t));
             }
           }
 #pragma unroll
@@ -145,30 +150,87 @@ MEGAMOE_DEVICE void consume(Ring<RING>& ring, const Stream& cur, const Stream& n
       // compiler copy the 12 live words aside: 24 moves per block).
       const int jn = j + RING;
       if (jn < cur.w) {
-        if (jn < cur.nbw) load_slot(ring.q0[p], ring.q1[p], ring.sc[p], cur, jn, kh, lane);
+        if (jn < cur.nbw) load_slot<KW>(ring.q0[p], ring.q1[p], ring.sc[p], cur, jn, kh, lane);
       } else if (jn - cur.w < nxt.nbw) {
-        load_slot(ring.q0[p], ring.q1[p], ring.sc[p], nxt, jn - cur.w, kh, lane);
+        load_slot<KW>(ring.q0[p], ring.q1[p], ring.sc[p], nxt, jn - cur.w, kh, lane);
       }
     }
   }
 }
 
+// Shared memory of one CTA (dynamic; src/runtime/register_nvfp4_mega_moe.cpp mirrors its size).
+// b: the token tile, f16 [NS][KMAX + 8] in the paired layout; red: split-K partials of the warps
+// with kh >= 1, [kh - 1][row group][lane][NT * 4].
+template <int EL, int BM, int NS, int KMAX, int KW>
+struct Smem {
+  u16 b[NS * (KMAX + 8)];
+  float red[(KW - 1) * 4 * 32 * (NS / 8) * 4];
+  float tile[64 * NS];  // the CTA's 64 x NS result tile (rows x tokens)
+  int count[EL];
+  int tile_prefix[EL + 1];
+  int src_tokens[8];  // live tokens of each source rank
+  int route_src[BM], route_tok[BM], route_k[BM];
+  float route_w[BM], route_alpha[BM];
+};
+
+// Sums the KW partial accumulators of each row group in kh order and leaves the CTA's 64 x NS
+// tile (raw accumulators) in s.tile.
+template <int NT, int KW, class S>
+MEGAMOE_DEVICE void reduce_tile(S& s, float (&acc)[NT][4]) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int rg = warp & 3, kh = warp >> 2;
+  constexpr int kStride = 4 * 32 * NT * 4;  // floats per kh slice of s.red
+  if (kh >= 1) {
+    float* red = s.red + (kh - 1) * kStride + (rg * 32 + lane) * NT * 4;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) red[nt * 4 + c] = acc[nt][c];
+  }
+  __syncthreads();
+  if (kh == 0) {
+    const int g = lane >> 2, t = lane & 3;
+    constexpr int NS = NT * 8;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        float v = acc[nt][c];
+#pragma unroll
+        for (int w = 1; w < KW; ++w) {
+          v += s.red[(w - 1) * kStride + (rg * 32 + lane) * NT * 4 + nt * 4 + c];
+        }
+        const int row = rg * 16 + g + (c >= 2 ? 8 : 0);
+        const int col = nt * 8 + 2 * t + (c & 1);
+        s.tile[row * NS + col] = v;
+      }
+    }
+  }
+  __syncthreads();
+}
+
 }  // namespace nvfp4_pipe
 
-template <int H, int I, int EL, int K, int R, int BM, int TMAX, int NS, int ACT, int RING = 4>
-__global__ void __launch_bounds__(kNvfp4Threads, 1)
+template <int H, int I, int EL, int K, int R, int BM, int TMAX, int NS, int ACT, int RING = 4,
+          int KW = 2>
+__global__ void __launch_bounds__(128 * KW, 1)
     nvfp4_mega_moe_pipelined_kernel(const __grid_constant__ Nvfp4MoeArgs a) {
   static_assert(H % 128 == 0 && I % 128 == 0, "H and I must be multiples of 128");
   static_assert(NS % 8 == 0 && BM % NS == 0, "token sub-tile must divide BLOCK_M");
   static_assert(R >= 1 && R <= kNvfp4MaxRanks, "1..8 ranks");
-  static_assert(NS * 64 * 2 <= 4 * 32 * (NS / 8) * 4 * 4, "FC2 staging must fit in s.red");
-  static_assert(RING == 4 || RING == 6 || RING == 8, "ring depth 4, 6 or 8");
+  static_assert(KW == 2 || KW == 4, "K split over 2 or 4 warps per row group");
+  static_assert(NS * 64 * 2 <= (KW - 1) * 4 * 32 * (NS / 8) * 4 * 4,
+                "FC2 staging must fit in s.red");
+  static_assert(RING >= 2 && RING <= 8 && (KW == 2 || RING <= 4),
+                "ring depth 2..8 (2..4 under the 16-warp register cap)");
   using namespace nvfp4_pipe;
+  constexpr int kThreads = 128 * KW;
+  constexpr int kWarps = 4 * KW;
   constexpr int KMAX = H > I ? H : I;
   constexpr int NT = NS / 8;
   constexpr int CT = I / 32;  // FC1 column tiles (32 gate + 32 up rows each)
   constexpr int HT = H / 64;  // FC2 row tiles
-  using S = nvfp4_moe::Smem<EL, BM, NS, KMAX>;
+  using S = nvfp4_pipe::Smem<EL, BM, NS, KMAX, KW>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   S& s = *reinterpret_cast<S*>(smem_raw);
 
@@ -201,12 +263,12 @@ __global__ void __launch_bounds__(kNvfp4Threads, 1)
     const int n = *reinterpret_cast<const volatile int*>(a.base[tid] + a.off_num_tokens);
     s.src_tokens[tid] = n < 0 ? 0 : (n > TMAX ? TMAX : n);
   }
-  for (int e = tid; e < EL; e += kNvfp4Threads) s.count[e] = 0;
+  for (int e = tid; e < EL; e += kThreads) s.count[e] = 0;
   __syncthreads();
 #pragma unroll
   for (int sr = 0; sr < R; ++sr) {
     const int* idx = reinterpret_cast<const int*>(a.base[sr] + a.off_topk_idx);
-    for (int i = tid; i < s.src_tokens[sr] * K; i += kNvfp4Threads) {
+    for (int i = tid; i < s.src_tokens[sr] * K; i += kThreads) {
       const int id = __ldg(idx + i) - first_expert;
       if (id >= 0 && id < EL) atomicAdd(&s.count[id], 1);
     }
@@ -251,18 +313,21 @@ __global__ void __launch_bounds__(kNvfp4Threads, 1)
       sched.hi[ph] = static_cast<int>(items[ph] * (cta_in_rank + 1) / nctas);
     }
   }
-  // The warp's weight stream of a unit.
-  auto stream_of = [&](const Unit& u) {
-    Stream st{nullptr, nullptr, 0, RING};
+  // The warp's weight stream of a unit; `prev` is the stream of the unit before it.
+  auto stream_of = [&](const Unit& u, const Stream& prev) {
+    Stream st{nullptr, nullptr, 0, RING, -1, 0};
     if (u.phase >= 2) return st;
-    const int e = nvfp4_moe::expert_of_tile<EL>(s.tile_prefix, u.tileg);
+    const int e = u.tileg == prev.tileg ? prev.expert
+                                        : nvfp4_moe::expert_of_tile<EL>(s.tile_prefix, u.tileg);
+    st.tileg = u.tileg;
+    st.expert = e;
     const int nb = u.phase == 0 ? H / 128 : I / 128;
     const u64 mat = u.phase == 0 ? static_cast<u64>(e) * (2ull * I * H / 2)
                                  : static_cast<u64>(e) * (static_cast<u64>(H) * I / 2);
     const u64 blk0 = static_cast<u64>(u.col * 4 + rg) * nb;
     st.q = (u.phase == 0 ? a.w13[rank] : a.w2[rank]) + mat + blk0 * 1024;
     st.sf = (u.phase == 0 ? a.w13_sf[rank] : a.w2_sf[rank]) + mat / 8 + blk0 * 128;
-    st.nbw = (nb - kh + 1) / 2;
+    st.nbw = (nb - kh + KW - 1) / KW;
     st.w = st.nbw <= RING ? RING : (st.nbw + RING - 1) / RING * RING;
     return st;
   };
@@ -271,8 +336,8 @@ __global__ void __launch_bounds__(kNvfp4Threads, 1)
   float acc[NT][4];
   Ring<RING> ring;
   Unit cur = sched.first(0);
-  Stream cs = stream_of(cur);
-  prime(ring, cs, kh, lane);
+  Stream cs = stream_of(cur, Stream{nullptr, nullptr, 0, RING, -1, 0});
+  prime<RING, KW>(ring, cs, kh, lane);
 
   // ---- phase 1: FC1 + activation + re-quantization ----------------------------------------
   int b_tile = -1, b_sub = -1;
@@ -280,8 +345,8 @@ __global__ void __launch_bounds__(kNvfp4Threads, 1)
   bool fresh_routes = false;
   while (cur.phase == 0) {
     const Unit nx = sched.next(cur);
-    const Stream ns = stream_of(nx);
-    const int e = nvfp4_moe::expert_of_tile<EL>(s.tile_prefix, cur.tileg);
+    const Stream ns = stream_of(nx, cs);
+    const int e = cs.expert;
     const int tile = cur.tileg - s.tile_prefix[e];
     const int live = min(BM, s.count[e] - tile * BM);
     const int pool_row0 = (s.tile_prefix[e] + tile) * BM;
@@ -338,7 +403,7 @@ __global__ void __launch_bounds__(kNvfp4Threads, 1)
       b_sub = cur.sub;
       __syncthreads();  // s.b is no longer read
       const int sub = cur.sub;
-      load_token_tile_paired<H, KMAX, false>(
+      load_token_tile_paired<H, KMAX, kThreads, false>(
           s.b, sub_live,
           [&](int i) {
             const int r = sub * NS + i;
@@ -368,11 +433,10 @@ __global__ void __launch_bounds__(kNvfp4Threads, 1)
       for (int c = 0; c < 4; ++c) acc[nt][c] = 0.0f;
     // Loaded before the stream so that its latency hides behind it (not after the barriers).
     const float g2 = __ldg(a.fc2_scale[rank] + e);
-    consume<KMAX, NT, RING>(ring, cs, ns, s.b, (sub_live + 7) / 8, acc);
-    nvfp4_moe::reduce_tile<NT>(s, acc);
-#pragma unroll
-    for (int it = 0; it < NT; ++it) {
-      const int i = it * 8 + warp;
+    consume<KMAX, NT, RING, KW>(ring, cs, ns, s.b, (sub_live + 7) / 8, acc);
+    reduce_tile<NT, KW>(s, acc);
+    // Warp -> token (warps past NS idle), lane -> column (one 16-column block per half-warp).
+    for (int i = warp; i < NS; i += kWarps) {
       const int r = cur.sub * NS + i;
       float v = 0.0f;
       if (i < sub_live) {
@@ -418,8 +482,8 @@ __global__ void __launch_bounds__(kNvfp4Threads, 1)
   int route_src = 0, route_tok = 0, route_k = 0;  // this thread's route (tid < live) of a new tile
   while (cur.phase == 1) {
     const Unit nx = sched.next(cur);
-    const Stream ns = stream_of(nx);
-    const int e = nvfp4_moe::expert_of_tile<EL>(s.tile_prefix, cur.tileg);
+    const Stream ns = stream_of(nx, cs);
+    const int e = cs.expert;
     const int tile = cur.tileg - s.tile_prefix[e];
     const int live = min(BM, s.count[e] - tile * BM);
     const int pool_row0 = (s.tile_prefix[e] + tile) * BM;
@@ -443,7 +507,7 @@ __global__ void __launch_bounds__(kNvfp4Threads, 1)
       b_sub = cur.sub;
       __syncthreads();
       const int row0 = pool_row0 + cur.sub * NS;
-      load_token_tile_paired<I, KMAX, true>(
+      load_token_tile_paired<I, KMAX, kThreads, true>(
           s.b, sub_live,
           [&](int i) {
             return mine + a.off_fc2_pool + static_cast<u64>(row0 + i) * a.pitch_fc2_pool;
@@ -463,17 +527,17 @@ __global__ void __launch_bounds__(kNvfp4Threads, 1)
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
       for (int c = 0; c < 4; ++c) acc[nt][c] = 0.0f;
-    consume<KMAX, NT, RING>(ring, cs, ns, s.b, (sub_live + 7) / 8, acc);
-    nvfp4_moe::reduce_tile<NT>(s, acc);
+    consume<KMAX, NT, RING, KW>(ring, cs, ns, s.b, (sub_live + 7) / 8, acc);
+    reduce_tile<NT, KW>(s, acc);
     // y -> bf16, staged as [token][64] in s.red (free after reduce_tile), then peer stores.
     u16* ys = reinterpret_cast<u16*>(s.red);
-    for (int u = tid; u < 64 * sub_live; u += kNvfp4Threads) {
+    for (int u = tid; u < 64 * sub_live; u += kThreads) {
       const int i = u / 64, row = u - i * 64;
       const float y = __fmul_rn(s.tile[row * NS + i] * nvfp4::kWeightUnscale, factor);
       ys[i * 64 + row] = ptx::f32_to_bf16_rn(y);
     }
     __syncthreads();
-    for (int u = tid; u < 8 * sub_live; u += kNvfp4Threads) {
+    for (int u = tid; u < 8 * sub_live; u += kThreads) {
       const int i = u >> 3, chunk = u & 7;
       const int r = cur.sub * NS + i;
       u8* slot = a.base[s.route_src[r]] + a.off_combine +
@@ -504,8 +568,7 @@ __global__ void __launch_bounds__(kNvfp4Threads, 1)
     const int* idx = reinterpret_cast<const int*>(mine + a.off_topk_idx);
     const u8* slots = mine + a.off_combine;
     u16* out = a.out[rank];
-    for (int u = cta_in_rank * kNvfp4Threads + tid; u < rows * kChunks;
-         u += nctas * kNvfp4Threads) {
+    for (int u = cta_in_rank * kThreads + tid; u < rows * kChunks; u += nctas * kThreads) {
       const int t = u / kChunks, c = u - t * kChunks;
       float sum[8] = {0, 0, 0, 0, 0, 0, 0, 0};
 #pragma unroll
