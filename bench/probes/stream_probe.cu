@@ -10,13 +10,13 @@
 #include <cstdio>
 #include <cstdlib>
 
-#define CK(x)                                                                   \
-  do {                                                                          \
-    cudaError_t e_ = (x);                                                       \
-    if (e_ != cudaSuccess) {                                                    \
+#define CK(x)                                                                         \
+  do {                                                                                \
+    cudaError_t e_ = (x);                                                             \
+    if (e_ != cudaSuccess) {                                                          \
       std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-      std::exit(1);                                                             \
-    }                                                                           \
+      std::exit(1);                                                                   \
+    }                                                                                 \
   } while (0)
 
 using u32 = uint32_t;
@@ -40,8 +40,8 @@ __device__ __forceinline__ u32 work(u32 x) {
 // (a) register ring: each warp streams its own contiguous run of 1152-byte blocks
 // (1024 B of nibbles + 128 B of scales, three 16-byte loads per lane), RING blocks in flight.
 template <int RING, int WORK>
-__global__ void __launch_bounds__(512, 1) ldg_ring(const uint8_t* q, const uint8_t* sf, int nblk_warp,
-                                                   u32* sink) {
+__global__ void __launch_bounds__(512, 1)
+    ldg_ring(const uint8_t* q, const uint8_t* sf, int nblk_warp, u32* sink) {
   extern __shared__ uint4 dyn[];
   const int lane = threadIdx.x & 31;
   const long long w = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
@@ -95,8 +95,8 @@ __device__ __forceinline__ void mbar_wait(uint64_t* b, u32 parity) {
 }
 __device__ __forceinline__ void bulk_g2s(void* dst, const void* src, u32 bytes, uint64_t* bar) {
   asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-          smem_addr(dst)),
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
+          "r"(smem_addr(dst)),
       "l"(src), "r"(bytes), "r"(smem_addr(bar))
       : "memory");
 }
@@ -104,8 +104,8 @@ __device__ __forceinline__ void bulk_g2s(void* dst, const void* src, u32 bytes, 
 // (b) bulk-copy ring: warp 0 lane 0 streams the CTA's contiguous run in STAGE-byte stages into
 // STAGES slots; CW consumer warps read each stage (16 B per lane per step) and release it.
 template <int STAGES, int STAGE, int CW, int WORK>
-__global__ void __launch_bounds__(32 * (CW + 1), 1) bulk_ring(const uint8_t* q, long long bytes_cta,
-                                                              u32* sink) {
+__global__ void __launch_bounds__(32 * (CW + 1), 1)
+    bulk_ring(const uint8_t* q, long long bytes_cta, u32* sink) {
   extern __shared__ __align__(128) uint8_t sm[];
   uint8_t* ring = sm;
   uint64_t* full = reinterpret_cast<uint64_t*>(sm + STAGES * STAGE);
@@ -113,8 +113,8 @@ __global__ void __launch_bounds__(32 * (CW + 1), 1) bulk_ring(const uint8_t* q, 
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
-      mbar_init(&full[s], 1);       // the producer's expect_tx arrival; bytes complete it
-      mbar_init(&empty[s], CW);     // one arrival per consumer warp per use
+      mbar_init(&full[s], 1);    // the producer's expect_tx arrival; bytes complete it
+      mbar_init(&empty[s], CW);  // one arrival per consumer warp per use
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }

@@ -26,12 +26,12 @@ std::size_t smem_for(const MoEConfig& c, int block_m, int ns, int ksplit) {
   const auto n = static_cast<std::size_t>(ns);
   const auto bm = static_cast<std::size_t>(block_m);
   const auto kw = static_cast<std::size_t>(ksplit);
-  const std::size_t bytes = n * (kmax + 8) * 2                   // token tile, f16
+  const std::size_t bytes = n * (kmax + 8) * 2                     // token tile, f16
                             + (kw - 1) * 4 * 32 * (n / 8) * 4 * 4  // split-K partials
-                            + 64 * n * 4                         // result tile
-                            + el * 4 + (el + 1) * 4              // counts, tile prefix
-                            + 8 * 4                              // source token counts
-                            + bm * 5 * 4;                        // routes
+                            + 64 * n * 4                           // result tile
+                            + el * 4 + (el + 1) * 4                // counts, tile prefix
+                            + 8 * 4                                // source token counts
+                            + bm * 5 * 4;                          // routes
   return (bytes + 15) / 16 * 16;
 }
 
@@ -98,8 +98,8 @@ Nvfp4LaunchShape nvfp4_launch_shape(const MoEConfig& c, int block_m, Nvfp4Kernel
     const bool even = c.shape.hidden % span == 0 && c.shape.intermediate % span == 0;
     // 16 warps have 128 registers each: deeper rings than 2 spill at the decode presets.
     static constexpr int kDepths4[] = {2}, kDepths2[] = {8, 6, 4};
-    const std::span<const int> depths = l.ksplit == 4 ? std::span<const int>(kDepths4)
-                                                      : std::span<const int>(kDepths2);
+    const std::span<const int> depths =
+        l.ksplit == 4 ? std::span<const int>(kDepths4) : std::span<const int>(kDepths2);
     int best = depths.back();
     for (int d : depths) {
       if (even && fc1 > 0 && fc2 > 0 && fc1 % d == 0 && fc2 % d == 0) {

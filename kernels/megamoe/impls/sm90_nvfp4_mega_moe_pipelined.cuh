@@ -20,9 +20,9 @@ namespace nvfp4_pipe {
 struct Stream {
   const u8* q;
   const u8* sf;
-  int nbw;     // blocks of this warp
-  int w;       // ring slots the unit occupies: nbw rounded up to RING, at least RING
-  int tileg;   // the unit's global tile and its expert (the binary search runs once per tile)
+  int nbw;    // blocks of this warp
+  int w;      // ring slots the unit occupies: nbw rounded up to RING, at least RING
+  int tileg;  // the unit's global tile and its expert (the binary search runs once per tile)
   int expert;
 };
 
@@ -317,8 +317,8 @@ __global__ void __launch_bounds__(128 * KW, 1)
   auto stream_of = [&](const Unit& u, const Stream& prev) {
     Stream st{nullptr, nullptr, 0, RING, -1, 0};
     if (u.phase >= 2) return st;
-    const int e = u.tileg == prev.tileg ? prev.expert
-                                        : nvfp4_moe::expert_of_tile<EL>(s.tile_prefix, u.tileg);
+    const int e =
+        u.tileg == prev.tileg ? prev.expert : nvfp4_moe::expert_of_tile<EL>(s.tile_prefix, u.tileg);
     st.tileg = u.tileg;
     st.expert = e;
     const int nb = u.phase == 0 ? H / 128 : I / 128;
