@@ -59,6 +59,9 @@ struct Schedule {
   int lo[2], hi[2];        // the CTA's item ranges
 
   MEGAMOE_SCHED_FN static constexpr int cols(int ph) { return ph == 0 ? CT1 : CT2; }
+  // Selects instead of indexing: a run-time index would put the struct in local memory.
+  MEGAMOE_SCHED_FN int lo_of(int ph) const { return ph == 0 ? lo[0] : lo[1]; }
+  MEGAMOE_SCHED_FN int hi_of(int ph) const { return ph == 0 ? hi[0] : hi[1]; }
   MEGAMOE_SCHED_FN int live(int tileg) const {
     const int e = schedule_expert_of_tile<EL>(tile_prefix, tileg);
     const int n = count[e] - (tileg - tile_prefix[e]) * BM;
@@ -66,22 +69,22 @@ struct Schedule {
   }
   MEGAMOE_SCHED_FN Unit first(int ph) const {
     for (; ph < 2; ++ph) {
-      if (lo[ph] < hi[ph]) return {lo[ph] / cols(ph), 0, lo[ph] % cols(ph), ph};
+      if (lo_of(ph) < hi_of(ph)) return {lo_of(ph) / cols(ph), 0, lo_of(ph) % cols(ph), ph};
     }
     return {0, 0, 0, 2};
   }
   MEGAMOE_SCHED_FN int col_begin(int ph, int tileg) const {
-    return tileg == lo[ph] / cols(ph) ? lo[ph] % cols(ph) : 0;
+    return tileg == lo_of(ph) / cols(ph) ? lo_of(ph) % cols(ph) : 0;
   }
   MEGAMOE_SCHED_FN int col_end(int ph, int tileg) const {
-    return tileg == (hi[ph] - 1) / cols(ph) ? (hi[ph] - 1) % cols(ph) + 1 : cols(ph);
+    return tileg == (hi_of(ph) - 1) / cols(ph) ? (hi_of(ph) - 1) % cols(ph) + 1 : cols(ph);
   }
   MEGAMOE_SCHED_FN Unit next(const Unit& u) const {
     if (u.phase >= 2) return u;
     const int ph = u.phase;
     if (u.col + 1 < col_end(ph, u.tileg)) return {u.tileg, u.sub, u.col + 1, ph};
     if ((u.sub + 1) * NS < live(u.tileg)) return {u.tileg, u.sub + 1, col_begin(ph, u.tileg), ph};
-    if (u.tileg + 1 <= (hi[ph] - 1) / cols(ph)) {
+    if (u.tileg + 1 <= (hi_of(ph) - 1) / cols(ph)) {
       return {u.tileg + 1, 0, col_begin(ph, u.tileg + 1), ph};
     }
     return first(ph + 1);
