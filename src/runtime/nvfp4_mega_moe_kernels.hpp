@@ -20,16 +20,16 @@ Nvfp4KernelVersion nvfp4_kernel_version();
 struct Nvfp4LaunchShape {
   int threads = 256;       // CTA size: 4 row groups x ksplit warps x 32
   int ksplit = 2;          // warps splitting K per row group (2 or 4; `simple`: 2)
-  int ring = 0;            // weight blocks per warp in shared memory (`pipelined` only)
+  int ring = 0;            // weight blocks in flight per warp (`pipelined` only)
   int token_subtile = 16;  // tokens per shared-memory sub-tile (16, or 8 when 16 do not fit)
   std::size_t smem = 0;    // dynamic shared memory (bytes), mirroring the kernel's Smem struct
 };
 
 // Defaults, overridable for tuning (anything outside the listed values is InvalidArgument):
 //   MEGAMOE_NVFP4_KSPLIT=2|4   warps per row group (pipelined)
-//   MEGAMOE_NVFP4_RING=2..8    weight blocks per warp in shared memory (pipelined); it must fit
-// The default ring is the deepest that fits next to the token tile (16 tokens when BLOCK_M >= 16
-// and a ring of 4 fits, else 8). Unsupported when not even an 8-token sub-tile fits.
+//   MEGAMOE_NVFP4_RING=2..8    ring depth (2..4 with ksplit 4, 4..8 with ksplit 2)
+// The default ring is the deepest that divides both phases' blocks per warp (no slot idles at a
+// unit boundary). Unsupported when not even an 8-token sub-tile fits in shared memory.
 Nvfp4LaunchShape nvfp4_launch_shape(const MoEConfig& config, int block_m,
                                     Nvfp4KernelVersion version = nvfp4_kernel_version());
 

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <initializer_list>
+#include <span>
 #include <string>
 
 #include "megamoe/error.hpp"
@@ -19,15 +20,13 @@ constexpr Nvfp4KernelVersion kDefaultVersion = Nvfp4KernelVersion::pipelined;
 // 16 warps per CTA (bench/NOTES.md, v4).
 constexpr int kDefaultKsplit = 4;
 
-// Mirrors the kernels' Smem structs; `ring` = 0 for `simple` (no weight slots).
-std::size_t smem_for(const MoEConfig& c, int block_m, int ns, int ksplit, int ring) {
+std::size_t smem_for(const MoEConfig& c, int block_m, int ns, int ksplit) {
   const auto kmax = static_cast<std::size_t>(std::max(c.shape.hidden, c.shape.intermediate));
   const auto el = static_cast<std::size_t>(c.experts_per_rank());
   const auto n = static_cast<std::size_t>(ns);
   const auto bm = static_cast<std::size_t>(block_m);
   const auto kw = static_cast<std::size_t>(ksplit);
-  const std::size_t bytes = 4 * kw * static_cast<std::size_t>(ring) * (1152 + 8)  // weight ring
-                            + n * (kmax + 8) * 2                                  // token tile, f16
+  const std::size_t bytes = n * (kmax + 8) * 2                     // token tile, f16
                             + (kw - 1) * 4 * 32 * (n / 8) * 4 * 4  // split-K partials
                             + 64 * n * 4                           // result tile
                             + el * 4 + (el + 1) * 4                // counts, tile prefix
@@ -78,42 +77,41 @@ Nvfp4LaunchShape nvfp4_launch_shape(const MoEConfig& c, int block_m, Nvfp4Kernel
     l.ksplit = env_choice("MEGAMOE_NVFP4_KSPLIT", {2, 4}, kDefaultKsplit, "must be 2 or 4");
   }
   l.threads = 128 * l.ksplit;
-  // The deepest ring (blocks per warp in shared memory) that fits next to the token tile; 16
-  // tokens per sub-tile when BLOCK_M allows and a ring of 4 still fits (one pass over the weights
-  // per 16 tokens), else 8 tokens with a ring of at least 2.
-  const char* ring_env = std::getenv("MEGAMOE_NVFP4_RING");
-  const bool ring_forced = pipelined && ring_env != nullptr && *ring_env != '\0';
-  const int forced =
-      ring_forced ? env_choice("MEGAMOE_NVFP4_RING", {2, 3, 4, 5, 6, 7, 8}, 0, "must be 2..8") : 0;
   l.token_subtile = 0;
   for (int ns : {16, 8}) {
     if (ns > block_m) continue;
-    if (!pipelined) {
-      if (smem_for(c, block_m, ns, l.ksplit, 0) <= kMaxDynamicSmem) {
-        l.token_subtile = ns;
-        break;
-      }
-      continue;
+    if (smem_for(c, block_m, ns, l.ksplit) <= kMaxDynamicSmem) {
+      l.token_subtile = ns;
+      break;
     }
-    const int hi = forced != 0 ? forced : 8;
-    const int lo = forced != 0 ? forced : (ns == 16 ? 4 : 2);
-    for (int ring = hi; ring >= lo && l.token_subtile == 0; --ring) {
-      if (smem_for(c, block_m, ns, l.ksplit, ring) <= kMaxDynamicSmem) {
-        l.token_subtile = ns;
-        l.ring = ring;
-      }
-    }
-    if (l.token_subtile != 0) break;
   }
   if (l.token_subtile == 0) {
-    if (forced != 0) {
-      throw_invalid("MEGAMOE_NVFP4_RING", "must leave room for the token tile in shared memory",
-                    std::to_string(forced));
-    }
     throw Unsupported("nvfp4_mega_moe: H or I too large for the SM90 kernel's token tile (" +
                       std::to_string(std::max(c.shape.hidden, c.shape.intermediate)) + ")");
   }
-  l.smem = smem_for(c, block_m, l.token_subtile, l.ksplit, l.ring);
+  l.smem = smem_for(c, block_m, l.token_subtile, l.ksplit);
+  if (pipelined) {
+    // Blocks of 128 k per warp and unit in each phase; a depth dividing both keeps every slot
+    // busy across unit boundaries (the ring is aligned to each unit's start).
+    const std::int64_t span = 128 * static_cast<std::int64_t>(l.ksplit);
+    const std::int64_t fc1 = c.shape.hidden / span, fc2 = c.shape.intermediate / span;
+    const bool even = c.shape.hidden % span == 0 && c.shape.intermediate % span == 0;
+    // 16 warps have 128 registers each: deeper rings than 2 spill at the decode presets.
+    static constexpr int kDepths4[] = {2}, kDepths2[] = {8, 6, 4};
+    const std::span<const int> depths =
+        l.ksplit == 4 ? std::span<const int>(kDepths4) : std::span<const int>(kDepths2);
+    int best = depths.back();
+    for (int d : depths) {
+      if (even && fc1 > 0 && fc2 > 0 && fc1 % d == 0 && fc2 % d == 0) {
+        best = d;
+        break;
+      }
+    }
+    l.ring = l.ksplit == 4 ? env_choice("MEGAMOE_NVFP4_RING", {2, 3, 4}, best,
+                                        "must be 2, 3 or 4 with MEGAMOE_NVFP4_KSPLIT=4")
+                           : env_choice("MEGAMOE_NVFP4_RING", {4, 5, 6, 7, 8}, best,
+                                        "must be 4..8 with MEGAMOE_NVFP4_KSPLIT=2");
+  }
   return l;
 }
 

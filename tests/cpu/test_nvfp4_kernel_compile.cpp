@@ -83,18 +83,9 @@ TEST(Nvfp4KernelCompile, TuningOverridesAreChecked) {
     EXPECT_THROW(runtime::nvfp4_launch_shape(c, 8, pipelined), InvalidArgument);
   }
   test::ScopedEnv k4("MEGAMOE_NVFP4_KSPLIT", "4");
-  // 16 warps x 8 slots x 1160 B next to an 8-token tile of 4096 + 8 f16: the deepest ring fits.
-  const runtime::Nvfp4LaunchShape deep = runtime::nvfp4_launch_shape(c, 8, pipelined);
-  EXPECT_EQ(deep.ring, 8);
-  EXPECT_EQ(deep.token_subtile, 8);
-  // 16 tokens of a wide H leave no room for 4 slots: 8 tokens and a shallower ring.
-  const MoEConfig wide = config(6144, 3072, 32, 8, 1, 512);
-  const runtime::Nvfp4LaunchShape w = runtime::nvfp4_launch_shape(wide, 16, pipelined);
-  EXPECT_EQ(w.token_subtile, 8);
-  EXPECT_GE(w.ring, 2);
-  EXPECT_LE(w.smem, std::size_t{227 * 1024});
+  EXPECT_EQ(runtime::nvfp4_launch_shape(c, 8, pipelined).ring, 2);
   {
-    test::ScopedEnv env("MEGAMOE_NVFP4_RING", "9");
+    test::ScopedEnv env("MEGAMOE_NVFP4_RING", "8");
     EXPECT_THROW(runtime::nvfp4_launch_shape(c, 8, pipelined), InvalidArgument);
   }
   test::ScopedEnv r3("MEGAMOE_NVFP4_RING", "3");

@@ -1,41 +1,53 @@
 #pragma once
 // Pipelined variant of the SM90 NVFP4 MegaMoE kernel (docs/nvfp4_kernel.md, "Versions"): the same
 // phases and numerics as sm90_nvfp4_mega_moe.cuh, but each warp streams its weights through one
-// shared-memory ring, filled by bulk copies, that runs across work items, across token sub-tiles
-// and from the last FC1 item into the first FC2 item (so the FC2 weights are in flight while the
-// rank-local barrier waits),
+// register ring that runs across work items, across token sub-tiles and from the last FC1 item
+// into the first FC2 item (so the FC2 weights are in flight while the rank-local barrier waits),
 // and the token tile in shared memory is decoded once per (tile, sub-tile) and reused by every
 // column item of that tile the CTA owns. Work units are ordered (tile, sub-tile, column).
 #include "megamoe/impls/sm90_nvfp4_mega_moe.cuh"
-#include "megamoe/ptx/bulk_copy.cuh"
 #include "megamoe/scheduler/nvfp4_schedule.cuh"
 
 namespace megamoe::device {
 namespace nvfp4_pipe {
 
-// KW warps split K per row group (KW = 2: 8 warps; KW = 4: 16 warps under a 128-register cap):
-// more warps per scheduler hide the fixed-latency chains of the decode, which ncu named the
-// limiter (bench/NOTES.md, v4). Each warp streams its weight blocks through RING slots of its own
-// in shared memory, filled by the copy engine (one bulk copy per 1024 B of nibbles and one per
-// 128 B of scales), so the bytes in flight cost no registers.
-
-inline constexpr int kBlockBytes = 1152;  // 16 rows x 128 k: 1024 B of nibbles + 128 B of scales
+// The ring depth (blocks of 128 k in flight per warp) is the kernel's RING parameter: deeper
+// rings hide more memory latency for more registers. KW warps split K (KW = 2: 8 warps, rings of
+// 4-8; KW = 4: 16 warps under a 128-register cap, rings of 2-4): more warps per scheduler hide
+// the fixed-latency chains of the decode, which ncu named the limiter (bench/NOTES.md, v4).
 
 // One warp's view of one unit's weights: blocks kh, kh + KW, ... of its row group.
 struct Stream {
   const u8* q;
   const u8* sf;
   int nbw;    // blocks of this warp
+  int w;      // ring slots the unit occupies: nbw rounded up to RING, at least RING
   int tileg;  // the unit's global tile and its expert (the binary search runs once per tile)
   int expert;
 };
 
-// Position of a warp in its ring: the next block consumed sits in `slot`, whose mbarrier
-// completes the phase of parity `parity` when that block has landed.
-struct RingPosition {
-  int slot;
-  u32 parity;
+template <int RING>
+struct Ring {
+  ptx::u32x4v q0[RING], q1[RING], sc[RING];
 };
+
+template <int KW>
+MEGAMOE_DEVICE void load_slot(ptx::u32x4v& q0, ptx::u32x4v& q1, ptx::u32x4v& sc, const Stream& s,
+                              int j, int kh, int lane) {
+  const int blk = kh + KW * j;
+  const u8* q = s.q + blk * 1024 + lane * 16;
+  q0 = ptx::load_stream_16(q);
+  q1 = ptx::load_stream_16(q + 512);
+  sc = ptx::load_stream_16(s.sf + blk * 128 + (lane >> 2) * 16);
+}
+
+template <int RING, int KW>
+MEGAMOE_DEVICE void prime(Ring<RING>& ring, const Stream& s, int kh, int lane) {
+#pragma unroll
+  for (int p = 0; p < RING; ++p) {
+    if (p < s.nbw) load_slot<KW>(ring.q0[p], ring.q1[p], ring.sc[p], s, p, kh, lane);
+  }
+}
 
 // Decodes rows [0, ceil8(live)) of the token tile into s.b in the paired layout
 // (paired_word_index, scheduler/nvfp4_schedule.cuh; conflict-free for consume: a quarter warp
@@ -87,70 +99,70 @@ MEGAMOE_DEVICE void load_token_tile_paired(u16* b, int live, RowPtr row_ptr, SfP
   }
 }
 
-// acc[nt] += the unit's weights x the token tile. Each block is read from the warp's ring once
-// its mbarrier phase completes; the freed slot is handed to `refill`, which loads the block
-// RING places further down the warp's sequence (possibly of a later unit) into it.
-template <int KMAX, int NT, int RING, int KW, class Refill>
-MEGAMOE_DEVICE void consume(const u8* slots, u64* full, RingPosition& pos, const Stream& cur,
-                            const u16* b, int live_tiles, float (&acc)[NT][4], Refill&& refill) {
+// acc[nt] += the unit's weights x the token tile; refills every freed ring slot with the next
+// block of `cur`, or past its end with the first blocks of `nxt`.
+template <int KMAX, int NT, int RING, int KW>
+MEGAMOE_DEVICE void consume(Ring<RING>& ring, const Stream& cur, const Stream& nxt, const u16* b,
+                            int live_tiles, float (&acc)[NT][4]) {
   const int lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
   const int kh = (threadIdx.x >> 5) >> 2;
   const u16* brow = b + g * (KMAX + 8);
-  for (int j = 0; j < cur.nbw; ++j) {
-    ptx::mbarrier_wait_parity(full + pos.slot, pos.parity);
-    const u8* sp = slots + pos.slot * kBlockBytes;
-    const ptx::u32x4v q0 = *reinterpret_cast<const ptx::u32x4v*>(sp + lane * 16);
-    const ptx::u32x4v q1 = *reinterpret_cast<const ptx::u32x4v*>(sp + 512 + lane * 16);
-    const ptx::u32x4v sc = *reinterpret_cast<const ptx::u32x4v*>(sp + 1024 + (lane >> 2) * 16);
-    const u32 words[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
-    const u32 scw[4] = {sc.x, sc.y, sc.z, sc.w};
+  for (int j0 = 0; j0 < cur.w; j0 += RING) {
 #pragma unroll
-    for (int q2 = 0; q2 < 4; ++q2) {
-      // Steps 2 q2 and 2 q2 + 1: one 16-byte B load per token tile.
-      ptx::u32x4v bv[NT];
+    for (int p = 0; p < RING; ++p) {
+      const int j = j0 + p;
+      const u32 words[8] = {ring.q0[p].x, ring.q0[p].y, ring.q0[p].z, ring.q0[p].w,
+                            ring.q1[p].x, ring.q1[p].y, ring.q1[p].z, ring.q1[p].w};
+      const u32 scw[4] = {ring.sc[p].x, ring.sc[p].y, ring.sc[p].z, ring.sc[p].w};
+      if (j < cur.nbw) {
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        if (NT == 1 || nt < live_tiles) {
-          bv[nt] = *reinterpret_cast<const ptx::u32x4v*>(brow + nt * 8 * (KMAX + 8) +
-                                                         paired_load_index(kh + KW * j, q2, t));
-        }
-      }
+        for (int q2 = 0; q2 < 4; ++q2) {
+          // Steps 2 q2 and 2 q2 + 1: one 16-byte B load per token tile.
+          ptx::u32x4v bv[NT];
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int q = 2 * q2 + h;
-        const u32 sw = scw[q >> 1];
-        const u32 sg = nvfp4::broadcast_scale(sw, (q & 1) * 2);
-        const u32 sg8 = nvfp4::broadcast_scale(sw, (q & 1) * 2 + 1);
-        const nvfp4::HalfFragment f = nvfp4::decode_weight_word(words[q], sg, sg8);
+          for (int nt = 0; nt < NT; ++nt) {
+            if (NT == 1 || nt < live_tiles) {
+              bv[nt] = *reinterpret_cast<const ptx::u32x4v*>(brow + nt * 8 * (KMAX + 8) +
+                                                             paired_load_index(kh + KW * j, q2, t));
+            }
+          }
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          // One live tile at least whenever a unit runs, so NT = 1 needs no test.
-          if (NT == 1 || nt < live_tiles) {
-            const u32 b0 = h == 0 ? bv[nt].x : bv[nt].z;
-            const u32 b1 = h == 0 ? bv[nt].y : bv[nt].w;
-            ptx::mma_m16n8k16_f16(acc[nt], f.a0, f.a1, f.a2, f.a3, b0, b1);
+          for (int h = 0; h < 2; ++h) {
+            const int q = 2 * q2 + h;
+            const u32 sw = scw[q >> 1];
+            const u32 sg = nvfp4::broadcast_scale(sw, (q & 1) * 2);
+            const u32 sg8 = nvfp4::broadcast_scale(sw, (q & 1) * 2 + 1);
+            const nvfp4::HalfFragment f = nvfp4::decode_weight_word(words[q], sg, sg8);
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+              // One live tile at least whenever a unit runs, so NT = 1 needs no test.
+              if (NT == 1 || nt < live_tiles) {
+                const u32 b0 = h == 0 ? bv[nt].x : bv[nt].z;
+                const u32 b1 = h == 0 ? bv[nt].y : bv[nt].w;
+                ptx::mma_m16n8k16_f16(acc[nt], f.a0, f.a1, f.a2, f.a3, b0, b1);
+              }
+            }
           }
         }
       }
-    }
-    __syncwarp();  // every lane has read the slot before the copy engine rewrites it
-    refill(pos.slot);
-    if (++pos.slot == RING) {
-      pos.slot = 0;
-      pos.parity ^= 1u;
+      // Refill the slot once its words are decoded (a refill before the decode would make the
+      // compiler copy the 12 live words aside: 24 moves per block).
+      const int jn = j + RING;
+      if (jn < cur.w) {
+        if (jn < cur.nbw) load_slot<KW>(ring.q0[p], ring.q1[p], ring.sc[p], cur, jn, kh, lane);
+      } else if (jn - cur.w < nxt.nbw) {
+        load_slot<KW>(ring.q0[p], ring.q1[p], ring.sc[p], nxt, jn - cur.w, kh, lane);
+      }
     }
   }
 }
 
 // Shared memory of one CTA (dynamic; src/runtime/register_nvfp4_mega_moe.cpp mirrors its size).
-// ring / full: each warp's weight slots and their mbarriers; b: the token tile, f16 [NS][KMAX + 8]
-// in the paired layout; red: split-K partials of the warps with kh >= 1, [kh - 1][row
-// group][lane][NT * 4].
-template <int EL, int BM, int NS, int KMAX, int KW, int RING>
+// b: the token tile, f16 [NS][KMAX + 8] in the paired layout; red: split-K partials of the warps
+// with kh >= 1, [kh - 1][row group][lane][NT * 4].
+template <int EL, int BM, int NS, int KMAX, int KW>
 struct Smem {
-  u8 ring[4 * KW * RING * kBlockBytes];  // [warp][slot] weight blocks
-  u64 full[4 * KW * RING];               // [warp][slot]: see consume
   u16 b[NS * (KMAX + 8)];
   float red[(KW - 1) * 4 * 32 * (NS / 8) * 4];
   float tile[64 * NS];  // the CTA's 64 x NS result tile (rows x tokens)
@@ -209,7 +221,8 @@ __global__ void __launch_bounds__(128 * KW, 1)
   static_assert(KW == 2 || KW == 4, "K split over 2 or 4 warps per row group");
   static_assert(NS * 64 * 2 <= (KW - 1) * 4 * 32 * (NS / 8) * 4 * 4,
                 "FC2 staging must fit in s.red");
-  static_assert(RING >= 2 && RING <= 8, "ring depth 2..8 blocks per warp");
+  static_assert(RING >= 2 && RING <= 8 && (KW == 2 || RING <= 4),
+                "ring depth 2..8 (2..4 under the 16-warp register cap)");
   using namespace nvfp4_pipe;
   constexpr int kThreads = 128 * KW;
   constexpr int kWarps = 4 * KW;
@@ -217,7 +230,7 @@ __global__ void __launch_bounds__(128 * KW, 1)
   constexpr int NT = NS / 8;
   constexpr int CT = I / 32;  // FC1 column tiles (32 gate + 32 up rows each)
   constexpr int HT = H / 64;  // FC2 row tiles
-  using S = nvfp4_pipe::Smem<EL, BM, NS, KMAX, KW, RING>;
+  using S = nvfp4_pipe::Smem<EL, BM, NS, KMAX, KW>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   S& s = *reinterpret_cast<S*>(smem_raw);
 
@@ -231,17 +244,6 @@ __global__ void __launch_bounds__(128 * KW, 1)
   u32* const grid_counter = reinterpret_cast<u32*>(sync + a.sync_grid);
   u32* const status = reinterpret_cast<u32*>(sync + a.sync_status);
   const int first_expert = rank * EL;
-
-  // The warp's weight slots. Barrier full[warp][slot]: one arrival (lane 0's expect_tx when it
-  // issues the slot's two bulk copies) plus the 1152 bytes complete a phase; the warp's lanes wait
-  // on it, phase parity alternating with each pass over the ring (RingPosition). Initialized here,
-  // made visible by the fence and phase 0's first __syncthreads.
-  u8* const slots = s.ring + warp * RING * kBlockBytes;
-  u64* const full = s.full + warp * RING;
-  if (lane == 0) {
-    for (int p = 0; p < RING; ++p) ptx::mbarrier_init(full + p, 1);
-    ptx::fence_mbarrier_init();
-  }
 
   // Ranks in other processes (NCCL provider): wait until every rank's pre-dispatch of this call
   // is complete -- which also means every rank finished the previous call, so its inputs and
@@ -313,7 +315,7 @@ __global__ void __launch_bounds__(128 * KW, 1)
   }
   // The warp's weight stream of a unit; `prev` is the stream of the unit before it.
   auto stream_of = [&](const Unit& u, const Stream& prev) {
-    Stream st{nullptr, nullptr, 0, -1, 0};
+    Stream st{nullptr, nullptr, 0, RING, -1, 0};
     if (u.phase >= 2) return st;
     const int e =
         u.tileg == prev.tileg ? prev.expert : nvfp4_moe::expert_of_tile<EL>(s.tile_prefix, u.tileg);
@@ -326,52 +328,24 @@ __global__ void __launch_bounds__(128 * KW, 1)
     st.q = (u.phase == 0 ? a.w13[rank] : a.w2[rank]) + mat + blk0 * 1024;
     st.sf = (u.phase == 0 ? a.w13_sf[rank] : a.w2_sf[rank]) + mat / 8 + blk0 * 128;
     st.nbw = (nb - kh + KW - 1) / KW;
+    st.w = st.nbw <= RING ? RING : (st.nbw + RING - 1) / RING * RING;
     return st;
   };
 
-  // Load cursor: the warp's next block to load is block lj of unit lu. It runs RING blocks ahead
-  // of consumption, through unit, sub-tile and phase boundaries (the FC2 weights stream while
-  // the FC1 -> FC2 barrier waits). Every lane keeps it; lane 0 issues the copies.
-  const Stream no_stream{nullptr, nullptr, 0, -1, 0};
-  Unit lu = sched.first(0);
-  Stream ls = stream_of(lu, no_stream);
-  int lj = 0;
-  auto skip_empty = [&] {  // units without blocks for this warp (nb < KW) are skipped
-    while (lu.phase < 2 && ls.nbw == 0) {
-      lu = sched.next(lu);
-      ls = stream_of(lu, ls);
-    }
-  };
-  skip_empty();
-  auto load_next = [&](int slot) {
-    if (lu.phase >= 2) return;
-    if (lane == 0) {
-      const int blk = kh + KW * lj;
-      u8* dst = slots + slot * kBlockBytes;
-      ptx::mbarrier_arrive_expect_tx(full + slot, kBlockBytes);
-      ptx::bulk_load(dst, ls.q + static_cast<u64>(blk) * 1024, 1024, full + slot);
-      ptx::bulk_load(dst + 1024, ls.sf + static_cast<u64>(blk) * 128, 128, full + slot);
-    }
-    if (++lj == ls.nbw) {
-      lj = 0;
-      lu = sched.next(lu);
-      ls = stream_of(lu, ls);
-      skip_empty();
-    }
-  };
-  for (int p = 0; p < RING; ++p) load_next(p);
-  RingPosition pos{0, 0u};
-
   const u64 topk_pitch = static_cast<u64>(K) * 4;
   float acc[NT][4];
+  Ring<RING> ring;
   Unit cur = sched.first(0);
-  Stream cs = stream_of(cur, no_stream);
+  Stream cs = stream_of(cur, Stream{nullptr, nullptr, 0, RING, -1, 0});
+  prime<RING, KW>(ring, cs, kh, lane);
 
   // ---- phase 1: FC1 + activation + re-quantization ----------------------------------------
   int b_tile = -1, b_sub = -1;
   float route_w = 0.0f, route_alpha = 0.0f;  // this thread's route (tid < live) of a new tile
   bool fresh_routes = false;
   while (cur.phase == 0) {
+    const Unit nx = sched.next(cur);
+    const Stream ns = stream_of(nx, cs);
     const int e = cs.expert;
     const int tile = cur.tileg - s.tile_prefix[e];
     const int live = min(BM, s.count[e] - tile * BM);
@@ -459,7 +433,7 @@ __global__ void __launch_bounds__(128 * KW, 1)
       for (int c = 0; c < 4; ++c) acc[nt][c] = 0.0f;
     // Loaded before the stream so that its latency hides behind it (not after the barriers).
     const float g2 = __ldg(a.fc2_scale[rank] + e);
-    consume<KMAX, NT, RING, KW>(slots, full, pos, cs, s.b, (sub_live + 7) / 8, acc, load_next);
+    consume<KMAX, NT, RING, KW>(ring, cs, ns, s.b, (sub_live + 7) / 8, acc);
     reduce_tile<NT, KW>(s, acc);
     // Warp -> token (warps past NS idle), lane -> column (one 16-column block per half-warp).
     for (int i = warp; i < NS; i += kWarps) {
@@ -490,8 +464,8 @@ __global__ void __launch_bounds__(128 * KW, 1)
         }
       }
     }
-    cur = sched.next(cur);
-    cs = stream_of(cur, cs);
+    cur = nx;
+    cs = ns;
   }
 
   // The ring already holds the first FC2 blocks: they stream while the barrier waits.
@@ -507,6 +481,8 @@ __global__ void __launch_bounds__(128 * KW, 1)
   b_sub = -1;
   int route_src = 0, route_tok = 0, route_k = 0;  // this thread's route (tid < live) of a new tile
   while (cur.phase == 1) {
+    const Unit nx = sched.next(cur);
+    const Stream ns = stream_of(nx, cs);
     const int e = cs.expert;
     const int tile = cur.tileg - s.tile_prefix[e];
     const int live = min(BM, s.count[e] - tile * BM);
@@ -551,7 +527,7 @@ __global__ void __launch_bounds__(128 * KW, 1)
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
       for (int c = 0; c < 4; ++c) acc[nt][c] = 0.0f;
-    consume<KMAX, NT, RING, KW>(slots, full, pos, cs, s.b, (sub_live + 7) / 8, acc, load_next);
+    consume<KMAX, NT, RING, KW>(ring, cs, ns, s.b, (sub_live + 7) / 8, acc);
     reduce_tile<NT, KW>(s, acc);
     // y -> bf16, staged as [token][64] in s.red (free after reduce_tile), then peer stores.
     u16* ys = reinterpret_cast<u16*>(s.red);
@@ -571,8 +547,8 @@ __global__ void __launch_bounds__(128 * KW, 1)
       ptx::store_16(slot, *reinterpret_cast<const ptx::u32x4v*>(ys + i * 64 + chunk * 8));
     }
     __syncthreads();  // ys (s.red) is read above; the next unit's reduce_tile rewrites it
-    cur = sched.next(cur);
-    cs = stream_of(cur, cs);
+    cur = nx;
+    cs = ns;
   }
 
   if constexpr (R == 1) {
