@@ -9,6 +9,7 @@
 #           bench     EP1 bench, pipelined, default ring depth
 #           bench4    EP1 bench, pipelined, ring 4
 #           bench@KS/RG  EP1 bench, pipelined, K split KS and ring depth RG (e.g. bench@2/8)
+#           stages@N  EP1 bench, pipelined, N shared-memory weight stages (0: register ring)
 #           simple    EP1 bench, simple
 #           ncu       stall reasons of one launch (the bench's first: dsv4-flash T = 1)
 #           san       racecheck + memcheck on the small case (pipelined)
@@ -65,6 +66,10 @@ for stage in "$@"; do
       MEGAMOE_NVFP4_KSPLIT=${spec%/*} MEGAMOE_NVFP4_RING=${spec#*/} \
         step "bench_k${spec%/*}r${spec#*/}" 40 "$bin/bench_nvfp4_mega_moe" \
         "$out/bench_k${spec%/*}r${spec#*/}" && benches+=("bench_k${spec%/*}r${spec#*/}") ;;
+    stages@*)
+      MEGAMOE_NVFP4_STAGES=${stage#stages@} step "bench_s${stage#stages@}" 40 \
+        "$bin/bench_nvfp4_mega_moe" "$out/bench_s${stage#stages@}" &&
+        benches+=("bench_s${stage#stages@}") ;;
     bench4) MEGAMOE_NVFP4_RING=4 step bench_ring4 40 "$bin/bench_nvfp4_mega_moe" "$out/bench_ring4" &&
       benches+=(bench_ring4) ;;
     simple) MEGAMOE_NVFP4_KERNEL=simple step bench_simple 40 "$bin/bench_nvfp4_mega_moe" \

@@ -18,9 +18,10 @@ Nvfp4KernelVersion nvfp4_kernel_version();
 
 // Everything the launcher and the JIT request must agree on for one configuration and BLOCK_M.
 struct Nvfp4LaunchShape {
-  int threads = 256;       // CTA size: 4 row groups x ksplit warps x 32
+  int threads = 256;       // CTA size: 4 row groups x ksplit warps x 32 (+ a producer warp)
   int ksplit = 2;          // warps splitting K per row group (2 or 4; `simple`: 2)
-  int ring = 0;            // weight blocks in flight per warp (`pipelined` only)
+  int ring = 0;            // register ring: weight blocks in flight per warp (`pipelined`)
+  int stages = 0;          // shared-memory weight stages (`pipelined`; 0 = register ring)
   int token_subtile = 16;  // tokens per shared-memory sub-tile (16, or 8 when 16 do not fit)
   std::size_t smem = 0;    // dynamic shared memory (bytes), mirroring the kernel's Smem struct
 };
@@ -28,6 +29,9 @@ struct Nvfp4LaunchShape {
 // Defaults, overridable for tuning (anything outside the listed values is InvalidArgument):
 //   MEGAMOE_NVFP4_KSPLIT=2|4   warps per row group (pipelined)
 //   MEGAMOE_NVFP4_RING=2..8    ring depth (2..4 with ksplit 4, 4..8 with ksplit 2)
+//   MEGAMOE_NVFP4_STAGES=0|2..8  shared-memory stages filled by a producer warp (0: register
+//                              ring). Default: the deepest of 4..8 that fits next to an 8-token
+//                              tile when H / 128 and I / 128 divide by the K split, else 0.
 // The default ring is the deepest that divides both phases' blocks per warp (no slot idles at a
 // unit boundary). Unsupported when not even an 8-token sub-tile fits in shared memory.
 Nvfp4LaunchShape nvfp4_launch_shape(const MoEConfig& config, int block_m,

@@ -20,13 +20,19 @@ constexpr Nvfp4KernelVersion kDefaultVersion = Nvfp4KernelVersion::pipelined;
 // 16 warps per CTA (bench/NOTES.md, v4).
 constexpr int kDefaultKsplit = 4;
 
-std::size_t smem_for(const MoEConfig& c, int block_m, int ns, int ksplit) {
+// Mirrors the kernels' Smem structs. `stages` < 0: `simple` (no stage ring); 0: the pipelined
+// kernel's register ring (a 32-byte placeholder); > 0: that many weight stages.
+std::size_t smem_for(const MoEConfig& c, int block_m, int ns, int ksplit, int stages) {
   const auto kmax = static_cast<std::size_t>(std::max(c.shape.hidden, c.shape.intermediate));
   const auto el = static_cast<std::size_t>(c.experts_per_rank());
   const auto n = static_cast<std::size_t>(ns);
   const auto bm = static_cast<std::size_t>(block_m);
   const auto kw = static_cast<std::size_t>(ksplit);
-  const std::size_t bytes = n * (kmax + 8) * 2                     // token tile, f16
+  const std::size_t ring = stages < 0    ? 0
+                           : stages == 0 ? 16 + 2 * 8
+                                         : static_cast<std::size_t>(stages) * (4 * kw * 1152 + 16);
+  const std::size_t bytes = ring                                   // weight stages + barriers
+                            + n * (kmax + 8) * 2                   // token tile, f16
                             + (kw - 1) * 4 * 32 * (n / 8) * 4 * 4  // split-K partials
                             + 64 * n * 4                           // result tile
                             + el * 4 + (el + 1) * 4                // counts, tile prefix
@@ -76,11 +82,11 @@ Nvfp4LaunchShape nvfp4_launch_shape(const MoEConfig& c, int block_m, Nvfp4Kernel
   if (pipelined) {
     l.ksplit = env_choice("MEGAMOE_NVFP4_KSPLIT", {2, 4}, kDefaultKsplit, "must be 2 or 4");
   }
-  l.threads = 128 * l.ksplit;
   l.token_subtile = 0;
+  const int ring_stages = pipelined ? 0 : -1;
   for (int ns : {16, 8}) {
     if (ns > block_m) continue;
-    if (smem_for(c, block_m, ns, l.ksplit) <= kMaxDynamicSmem) {
+    if (smem_for(c, block_m, ns, l.ksplit, ring_stages) <= kMaxDynamicSmem) {
       l.token_subtile = ns;
       break;
     }
@@ -89,7 +95,29 @@ Nvfp4LaunchShape nvfp4_launch_shape(const MoEConfig& c, int block_m, Nvfp4Kernel
     throw Unsupported("nvfp4_mega_moe: H or I too large for the SM90 kernel's token tile (" +
                       std::to_string(std::max(c.shape.hidden, c.shape.intermediate)) + ")");
   }
-  l.smem = smem_for(c, block_m, l.token_subtile, l.ksplit);
+  // Shared-memory stages when one block per consumer warp divides both phases, the token tile is
+  // one 8-token MMA tile (the producer warp caps the CTA at 96 registers a thread: two token
+  // tiles' accumulators and fragments spill), and at least 4 stages fit next to it (the deepest
+  // that fits, up to 8); else the register ring.
+  if (pipelined) {
+    const bool divisible = (c.shape.hidden / 128) % l.ksplit == 0 &&
+                           (c.shape.intermediate / 128) % l.ksplit == 0 && l.token_subtile == 8;
+    int best = 0;
+    for (int st = 8; st >= 4 && best == 0 && divisible; --st) {
+      if (smem_for(c, block_m, l.token_subtile, l.ksplit, st) <= kMaxDynamicSmem) best = st;
+    }
+    l.stages = env_choice("MEGAMOE_NVFP4_STAGES", {0, 2, 3, 4, 5, 6, 7, 8}, best,
+                          "must be 0 (register ring) or 2..8");
+    if (l.stages > 0 && (!divisible || smem_for(c, block_m, l.token_subtile, l.ksplit, l.stages) >
+                                           kMaxDynamicSmem)) {
+      throw_invalid("MEGAMOE_NVFP4_STAGES",
+                    "needs H / 128 and I / 128 divisible by the K split, an 8-token sub-tile and "
+                    "the stages to fit in shared memory next to it",
+                    std::to_string(l.stages));
+    }
+  }
+  l.threads = 128 * l.ksplit + (l.stages > 0 ? 32 : 0);
+  l.smem = smem_for(c, block_m, l.token_subtile, l.ksplit, pipelined ? l.stages : -1);
   if (pipelined) {
     // Blocks of 128 k per warp and unit in each phase; a depth dividing both keeps every slot
     // busy across unit boundaries (the ring is aligned to each unit's start).
@@ -126,7 +154,10 @@ jit::KernelRequest nvfp4_mega_moe_request(const MoEConfig& c, int block_m,
                      std::to_string(activation_code(c.activation));
   jit::KernelRequest r;
   const bool pipelined = version == Nvfp4KernelVersion::pipelined;
-  if (pipelined) args += ", " + std::to_string(l.ring) + ", " + std::to_string(l.ksplit);
+  if (pipelined) {
+    args += ", " + std::to_string(l.ring) + ", " + std::to_string(l.ksplit) + ", " +
+            std::to_string(l.stages);
+  }
   r.name = pipelined ? "sm90_nvfp4_mega_moe_pipelined" : "sm90_nvfp4_mega_moe";
   r.source = pipelined ? "#include \"megamoe/impls/sm90_nvfp4_mega_moe_pipelined.cuh\"\n"
                        : "#include \"megamoe/impls/sm90_nvfp4_mega_moe.cuh\"\n";
@@ -135,7 +166,7 @@ jit::KernelRequest nvfp4_mega_moe_request(const MoEConfig& c, int block_m,
             ">";
   r.arch = "sm_90a";
   r.arguments = std::string("H, I, E_local, K, R, BLOCK_M, T_max, NS, act") +
-                (pipelined ? ", ring, ksplit" : "") + " = " + args;
+                (pipelined ? ", ring, ksplit, stages" : "") + " = " + args;
   return r;
 }
 

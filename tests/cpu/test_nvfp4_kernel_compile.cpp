@@ -32,14 +32,17 @@ void compile_one(const MoEConfig& c, int block_m, runtime::Nvfp4KernelVersion ve
   test::expect_no_spills(*k);
   const runtime::Nvfp4LaunchShape l = runtime::nvfp4_launch_shape(c, block_m, version);
   EXPECT_LE(l.smem, std::size_t{227 * 1024});
-  EXPECT_EQ(l.threads, 128 * l.ksplit);
+  EXPECT_EQ(l.threads, 128 * l.ksplit + (l.stages > 0 ? 32 : 0));
 }
 
-// `simple`, and `pipelined` with both K splits at their default rings.
+// `simple`, and `pipelined` with both K splits, with the default weight stages and with the
+// register ring.
 void compile_and_check(const MoEConfig& c, int block_m) {
   compile_one(c, block_m, runtime::Nvfp4KernelVersion::simple);
   for (const char* ksplit : {"2", "4"}) {
     test::ScopedEnv env("MEGAMOE_NVFP4_KSPLIT", ksplit);
+    compile_one(c, block_m, runtime::Nvfp4KernelVersion::pipelined);
+    test::ScopedEnv ring("MEGAMOE_NVFP4_STAGES", "0");
     compile_one(c, block_m, runtime::Nvfp4KernelVersion::pipelined);
   }
 }
@@ -90,6 +93,26 @@ TEST(Nvfp4KernelCompile, TuningOverridesAreChecked) {
   }
   test::ScopedEnv r3("MEGAMOE_NVFP4_RING", "3");
   EXPECT_EQ(runtime::nvfp4_launch_shape(c, 8, pipelined).ring, 3);
+  // Stages: 8 fit next to an 8-token tile of H = 4096 (16 consumer warps + the producer).
+  const runtime::Nvfp4LaunchShape staged = runtime::nvfp4_launch_shape(c, 8, pipelined);
+  EXPECT_EQ(staged.stages, 8);
+  EXPECT_EQ(staged.threads, 544);
+  {
+    // A 16-token tile of H = 6144 leaves no room for 4 stages: the register ring.
+    const MoEConfig wide = config(6144, 3072, 32, 8, 1, 512);
+    EXPECT_EQ(runtime::nvfp4_launch_shape(wide, 16, pipelined).stages, 0);
+    test::ScopedEnv forced("MEGAMOE_NVFP4_STAGES", "8");
+    EXPECT_THROW(runtime::nvfp4_launch_shape(wide, 16, pipelined), InvalidArgument);
+  }
+  {
+    test::ScopedEnv bad("MEGAMOE_NVFP4_STAGES", "1");
+    EXPECT_THROW(runtime::nvfp4_launch_shape(c, 8, pipelined), InvalidArgument);
+  }
+  {
+    // H / 128 = 10 blocks do not split over 4 warps: no stages.
+    const MoEConfig odd = config(1280, 512, 32, 8, 1, 512);
+    EXPECT_EQ(runtime::nvfp4_launch_shape(odd, 8, pipelined).stages, 0);
+  }
 }
 
 }  // namespace

@@ -41,16 +41,33 @@ MEGAMOE_DEVICE void spin_for_flip(const u32* counter, u32 old, u64 timeout_ns, u
   }
 }
 
+// The CTA-level barrier the grid barriers use around thread 0's work: N = 0, every thread of the
+// CTA (__syncthreads); N > 0, named barrier 1 over the first N threads (warp-specialized kernels
+// whose producer warp takes no part).
+template <int N>
+struct CtaBarrier {
+  static_assert(N % 32 == 0, "named barriers count whole warps");
+  MEGAMOE_DEVICE static void sync() {
+    if constexpr (N == 0) {
+      __syncthreads();
+    } else {
+      asm volatile("bar.sync 1, %0;" ::"n"(N) : "memory");
+    }
+  }
+};
+using CtaSync = CtaBarrier<0>;
+
 MEGAMOE_DEVICE u32 arrival_value(bool first, u32 participants) {
   return first ? 0x80000000u - (participants - 1u) : 1u;
 }
 
 // Barrier over the `n` CTAs of one rank. Every thread's earlier global writes (peer writes
 // included) are visible to every thread of those CTAs afterwards.
+template <class Sync = CtaSync>
 MEGAMOE_DEVICE void rank_grid_barrier(u32* counter, int cta_in_rank, int n, u64 timeout_ns,
                                       u32* status, int rank, u32 phase) {
   // bar.sync orders the CTA's writes before thread 0's cumulative release fence.
-  __syncthreads();
+  Sync::sync();
   if (threadIdx.x == 0) {
     ptx::fence_acq_rel_sys();
     const u32 old =
@@ -58,14 +75,15 @@ MEGAMOE_DEVICE void rank_grid_barrier(u32* counter, int cta_in_rank, int n, u64 
     spin_for_flip(counter, old, timeout_ns, status, rank, phase);
     ptx::fence_acq_rel_sys();
   }
-  __syncthreads();
+  Sync::sync();
 }
 
 // rank_grid_barrier at .gpu scope, for a launch whose one rank lives on this GPU (R = 1): the
 // counter, every write it orders and every CTA are on one device.
+template <class Sync = CtaSync>
 MEGAMOE_DEVICE void rank_grid_barrier_gpu(u32* counter, int cta_in_rank, int n, u64 timeout_ns,
                                           u32* status, int rank, u32 phase) {
-  __syncthreads();
+  Sync::sync();
   if (threadIdx.x == 0) {
     ptx::fence_acq_rel_gpu();
     const u32 old =
@@ -79,16 +97,16 @@ MEGAMOE_DEVICE void rank_grid_barrier_gpu(u32* counter, int cta_in_rank, int n, 
     }
     ptx::fence_acq_rel_gpu();
   }
-  __syncthreads();
+  Sync::sync();
 }
 
 // Barrier over every CTA of every rank. `counter_of(p)` is rank p's cross-rank counter (a peer
 // pointer); each rank's CTA 0 arrives on every rank's counter and waits on its own.
-template <class CounterOf>
+template <class Sync = CtaSync, class CounterOf>
 MEGAMOE_DEVICE void cross_rank_barrier(CounterOf counter_of, int num_ranks, int rank,
                                        u32* grid_counter, int cta_in_rank, int n, u64 timeout_ns,
                                        u32* status, u32 phase = kPhaseAfterFc2) {
-  rank_grid_barrier(grid_counter, cta_in_rank, n, timeout_ns, status, rank, phase);
+  rank_grid_barrier<Sync>(grid_counter, cta_in_rank, n, timeout_ns, status, rank, phase);
   if (cta_in_rank == 0 && threadIdx.x == 0) {
     u32 own_old = 0;
     for (int p = 0; p < num_ranks; ++p) {
@@ -99,7 +117,7 @@ MEGAMOE_DEVICE void cross_rank_barrier(CounterOf counter_of, int num_ranks, int 
     spin_for_flip(counter_of(rank), own_old, timeout_ns, status, rank, phase);
     ptx::fence_acq_rel_sys();
   }
-  rank_grid_barrier(grid_counter, cta_in_rank, n, timeout_ns, status, rank, kPhaseRelease);
+  rank_grid_barrier<Sync>(grid_counter, cta_in_rank, n, timeout_ns, status, rank, kPhaseRelease);
 }
 
 }  // namespace megamoe::device

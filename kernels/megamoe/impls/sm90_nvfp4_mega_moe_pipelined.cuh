@@ -1,11 +1,16 @@
 #pragma once
 // Pipelined variant of the SM90 NVFP4 MegaMoE kernel (docs/nvfp4_kernel.md, "Versions"): the same
-// phases and numerics as sm90_nvfp4_mega_moe.cuh, but each warp streams its weights through one
-// register ring that runs across work items, across token sub-tiles and from the last FC1 item
-// into the first FC2 item (so the FC2 weights are in flight while the rank-local barrier waits),
-// and the token tile in shared memory is decoded once per (tile, sub-tile) and reused by every
-// column item of that tile the CTA owns. Work units are ordered (tile, sub-tile, column).
+// phases and numerics as sm90_nvfp4_mega_moe.cuh, but the weights stream without a break across
+// work items, across token sub-tiles and from the last FC1 item into the first FC2 item (so the
+// FC2 weights are in flight while the rank-local barrier waits), and the token tile in shared
+// memory is decoded once per (tile, sub-tile) and reused by every column item of that tile the CTA
+// owns. Work units are ordered (tile, sub-tile, column). Two ways to stream the weights:
+//   STAGES = 0  every warp keeps a ring of RING blocks in registers (ld.global.nc);
+//   STAGES > 0  one producer warp fills a ring of STAGES shared-memory stages with bulk copies
+//               (one stage = one block of 128 k for every consumer warp), the consumer warps wait
+//               on each stage's mbarrier and release it; no weight bytes in registers.
 #include "megamoe/impls/sm90_nvfp4_mega_moe.cuh"
+#include "megamoe/ptx/bulk_copy.cuh"
 #include "megamoe/scheduler/nvfp4_schedule.cuh"
 
 namespace megamoe::device {
@@ -99,15 +104,52 @@ MEGAMOE_DEVICE void load_token_tile_paired(u16* b, int live, RowPtr row_ptr, SfP
   }
 }
 
-// acc[nt] += the unit's weights x the token tile; refills every freed ring slot with the next
-// block of `cur`, or past its end with the first blocks of `nxt`.
+// acc[nt] += one block of the warp's weights (16 rows x 128 k: `words` = its 8 nibble words,
+// `scw` = its 16 scale bytes, as this lane holds them) x the token tile's rows of block `blk`.
+template <int KMAX, int NT>
+MEGAMOE_DEVICE void block_mma(const u32 (&words)[8], const u32 (&scw)[4], int blk, const u16* b,
+                              int live_tiles, float (&acc)[NT][4]) {
+  const int lane = threadIdx.x & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const u16* brow = b + g * (KMAX + 8);
+#pragma unroll
+  for (int q2 = 0; q2 < 4; ++q2) {
+    // Steps 2 q2 and 2 q2 + 1: one 16-byte B load per token tile.
+    ptx::u32x4v bv[NT];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      if (NT == 1 || nt < live_tiles) {
+        bv[nt] = *reinterpret_cast<const ptx::u32x4v*>(brow + nt * 8 * (KMAX + 8) +
+                                                       paired_load_index(blk, q2, t));
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int q = 2 * q2 + h;
+      const u32 sw = scw[q >> 1];
+      const u32 sg = nvfp4::broadcast_scale(sw, (q & 1) * 2);
+      const u32 sg8 = nvfp4::broadcast_scale(sw, (q & 1) * 2 + 1);
+      const nvfp4::HalfFragment f = nvfp4::decode_weight_word(words[q], sg, sg8);
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        // One live tile at least whenever a unit runs, so NT = 1 needs no test.
+        if (NT == 1 || nt < live_tiles) {
+          const u32 b0 = h == 0 ? bv[nt].x : bv[nt].z;
+          const u32 b1 = h == 0 ? bv[nt].y : bv[nt].w;
+          ptx::mma_m16n8k16_f16(acc[nt], f.a0, f.a1, f.a2, f.a3, b0, b1);
+        }
+      }
+    }
+  }
+}
+
+// Register ring (STAGES = 0): acc[nt] += the unit's weights x the token tile; refills every freed
+// ring slot with the next block of `cur`, or past its end with the first blocks of `nxt`.
 template <int KMAX, int NT, int RING, int KW>
 MEGAMOE_DEVICE void consume(Ring<RING>& ring, const Stream& cur, const Stream& nxt, const u16* b,
                             int live_tiles, float (&acc)[NT][4]) {
   const int lane = threadIdx.x & 31;
-  const int g = lane >> 2, t = lane & 3;
   const int kh = (threadIdx.x >> 5) >> 2;
-  const u16* brow = b + g * (KMAX + 8);
   for (int j0 = 0; j0 < cur.w; j0 += RING) {
 #pragma unroll
     for (int p = 0; p < RING; ++p) {
@@ -115,37 +157,7 @@ MEGAMOE_DEVICE void consume(Ring<RING>& ring, const Stream& cur, const Stream& n
       const u32 words[8] = {ring.q0[p].x, ring.q0[p].y, ring.q0[p].z, ring.q0[p].w,
                             ring.q1[p].x, ring.q1[p].y, ring.q1[p].z, ring.q1[p].w};
       const u32 scw[4] = {ring.sc[p].x, ring.sc[p].y, ring.sc[p].z, ring.sc[p].w};
-      if (j < cur.nbw) {
-#pragma unroll
-        for (int q2 = 0; q2 < 4; ++q2) {
-          // Steps 2 q2 and 2 q2 + 1: one 16-byte B load per token tile.
-          ptx::u32x4v bv[NT];
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt) {
-            if (NT == 1 || nt < live_tiles) {
-              bv[nt] = *reinterpret_cast<const ptx::u32x4v*>(brow + nt * 8 * (KMAX + 8) +
-                                                             paired_load_index(kh + KW * j, q2, t));
-            }
-          }
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int q = 2 * q2 + h;
-            const u32 sw = scw[q >> 1];
-            const u32 sg = nvfp4::broadcast_scale(sw, (q & 1) * 2);
-            const u32 sg8 = nvfp4::broadcast_scale(sw, (q & 1) * 2 + 1);
-            const nvfp4::HalfFragment f = nvfp4::decode_weight_word(words[q], sg, sg8);
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
-              // One live tile at least whenever a unit runs, so NT = 1 needs no test.
-              if (NT == 1 || nt < live_tiles) {
-                const u32 b0 = h == 0 ? bv[nt].x : bv[nt].z;
-                const u32 b1 = h == 0 ? bv[nt].y : bv[nt].w;
-                ptx::mma_m16n8k16_f16(acc[nt], f.a0, f.a1, f.a2, f.a3, b0, b1);
-              }
-            }
-          }
-        }
-      }
+      if (j < cur.nbw) block_mma<KMAX, NT>(words, scw, kh + KW * j, b, live_tiles, acc);
       // Refill the slot once its words are decoded (a refill before the decode would make the
       // compiler copy the 12 live words aside: 24 moves per block).
       const int jn = j + RING;
@@ -158,11 +170,55 @@ MEGAMOE_DEVICE void consume(Ring<RING>& ring, const Stream& cur, const Stream& n
   }
 }
 
+// Shared-memory stages (STAGES > 0). Stage layout, per row group rg: the nibbles of its KW blocks
+// of this step (KW x 1024 B, contiguous in the weights too), then their scales (KW x 128 B).
+template <int KW>
+inline constexpr int kStageBytes = 4 * KW * 1152;
+
+// Where the consumer warps are in the stage ring: the next stage they read and the parity of its
+// "full" phase they wait for.
+struct StagePosition {
+  int stage;
+  u32 parity;
+};
+
+// Staged: acc[nt] += the unit's weights x the token tile, one stage per block of this warp.
+// Barrier full[stage]: the producer's expect_tx arrival + the stage's bytes complete a phase;
+// empty[stage]: lane 0 of every consumer warp arrives once it has read the stage.
+template <int KMAX, int NT, int KW, int STAGES>
+MEGAMOE_DEVICE void consume_staged(const u8* ring, u64* full, u64* empty, StagePosition& pos,
+                                   int nbw, const u16* b, int live_tiles, float (&acc)[NT][4]) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int rg = warp & 3, kh = warp >> 2;
+  const int q_off = rg * KW * 1152 + kh * 1024 + lane * 16;
+  const int s_off = rg * KW * 1152 + KW * 1024 + kh * 128 + (lane >> 2) * 16;
+  for (int j = 0; j < nbw; ++j) {
+    ptx::mbarrier_wait_parity(full + pos.stage, pos.parity);
+    const u8* st = ring + pos.stage * kStageBytes<KW>;
+    const ptx::u32x4v q0 = *reinterpret_cast<const ptx::u32x4v*>(st + q_off);
+    const ptx::u32x4v q1 = *reinterpret_cast<const ptx::u32x4v*>(st + q_off + 512);
+    const ptx::u32x4v sc = *reinterpret_cast<const ptx::u32x4v*>(st + s_off);
+    const u32 words[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+    const u32 scw[4] = {sc.x, sc.y, sc.z, sc.w};
+    // Every lane's reads precede lane 0's release (the arrival has release semantics).
+    __syncwarp();
+    if (lane == 0) ptx::mbarrier_arrive(empty + pos.stage);
+    block_mma<KMAX, NT>(words, scw, kh + KW * j, b, live_tiles, acc);
+    if (++pos.stage == STAGES) {
+      pos.stage = 0;
+      pos.parity ^= 1u;
+    }
+  }
+}
+
 // Shared memory of one CTA (dynamic; src/runtime/register_nvfp4_mega_moe.cpp mirrors its size).
-// b: the token tile, f16 [NS][KMAX + 8] in the paired layout; red: split-K partials of the warps
-// with kh >= 1, [kh - 1][row group][lane][NT * 4].
-template <int EL, int BM, int NS, int KMAX, int KW>
+// ring / full / empty: the weight stages; b: the token tile, f16 [NS][KMAX + 8] in the paired
+// layout; red: split-K partials of the warps with kh >= 1, [kh - 1][row group][lane][NT * 4].
+template <int EL, int BM, int NS, int KMAX, int KW, int STAGES>
 struct Smem {
+  // Weight stages and their barriers (STAGES > 0; a token 16 B otherwise).
+  u8 ring[STAGES > 0 ? STAGES* kStageBytes<KW> : 16];
+  u64 full[STAGES > 0 ? STAGES : 1], empty[STAGES > 0 ? STAGES : 1];
   u16 b[NS * (KMAX + 8)];
   float red[(KW - 1) * 4 * 32 * (NS / 8) * 4];
   float tile[64 * NS];  // the CTA's 64 x NS result tile (rows x tokens)
@@ -175,7 +231,7 @@ struct Smem {
 
 // Sums the KW partial accumulators of each row group in kh order and leaves the CTA's 64 x NS
 // tile (raw accumulators) in s.tile.
-template <int NT, int KW, class S>
+template <int NT, int KW, class Sync, class S>
 MEGAMOE_DEVICE void reduce_tile(S& s, float (&acc)[NT][4]) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int rg = warp & 3, kh = warp >> 2;
@@ -187,7 +243,7 @@ MEGAMOE_DEVICE void reduce_tile(S& s, float (&acc)[NT][4]) {
 #pragma unroll
       for (int c = 0; c < 4; ++c) red[nt * 4 + c] = acc[nt][c];
   }
-  __syncthreads();
+  Sync::sync();
   if (kh == 0) {
     const int g = lane >> 2, t = lane & 3;
     constexpr int NS = NT * 8;
@@ -206,14 +262,17 @@ MEGAMOE_DEVICE void reduce_tile(S& s, float (&acc)[NT][4]) {
       }
     }
   }
-  __syncthreads();
+  Sync::sync();
 }
 
 }  // namespace nvfp4_pipe
 
+// Warp roles: warps 0 .. 4 KW - 1 are consumers (row group = warp % 4, K slice kh = warp / 4:
+// blocks kh, kh + KW, ...); with STAGES > 0, warp 4 KW is the producer (one elected lane issues
+// the bulk copies; it leaves after phase 0 and takes no part in the consumers' barriers).
 template <int H, int I, int EL, int K, int R, int BM, int TMAX, int NS, int ACT, int RING = 4,
-          int KW = 2>
-__global__ void __launch_bounds__(128 * KW, 1)
+          int KW = 2, int STAGES = 0>
+__global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
     nvfp4_mega_moe_pipelined_kernel(const __grid_constant__ Nvfp4MoeArgs a) {
   static_assert(H % 128 == 0 && I % 128 == 0, "H and I must be multiples of 128");
   static_assert(NS % 8 == 0 && BM % NS == 0, "token sub-tile must divide BLOCK_M");
@@ -223,14 +282,21 @@ __global__ void __launch_bounds__(128 * KW, 1)
                 "FC2 staging must fit in s.red");
   static_assert(RING >= 2 && RING <= 8 && (KW == 2 || RING <= 4),
                 "ring depth 2..8 (2..4 under the 16-warp register cap)");
+  static_assert(STAGES == 0 || (STAGES >= 2 && STAGES <= 8), "0 (register ring) or 2..8 stages");
+  static_assert(STAGES == 0 || ((H / 128) % KW == 0 && (I / 128) % KW == 0),
+                "stages hold one block per consumer warp: H / 128 and I / 128 multiples of KW");
   using namespace nvfp4_pipe;
-  constexpr int kThreads = 128 * KW;
-  constexpr int kWarps = 4 * KW;
+  constexpr int kThreads = 128 * KW;  // consumer threads
+  constexpr int kWarps = 4 * KW;      // consumer warps
+  constexpr bool kStaged = STAGES > 0;
+  // The consumers' CTA barrier: all threads, or named barrier 1 over the consumers once the
+  // producer warp has gone its own way.
+  using Sync = CtaBarrier<kStaged ? kThreads : 0>;
   constexpr int KMAX = H > I ? H : I;
   constexpr int NT = NS / 8;
   constexpr int CT = I / 32;  // FC1 column tiles (32 gate + 32 up rows each)
   constexpr int HT = H / 64;  // FC2 row tiles
-  using S = nvfp4_pipe::Smem<EL, BM, NS, KMAX, KW>;
+  using S = nvfp4_pipe::Smem<EL, BM, NS, KMAX, KW, STAGES>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   S& s = *reinterpret_cast<S*>(smem_raw);
 
@@ -244,6 +310,16 @@ __global__ void __launch_bounds__(128 * KW, 1)
   u32* const grid_counter = reinterpret_cast<u32*>(sync + a.sync_grid);
   u32* const status = reinterpret_cast<u32*>(sync + a.sync_status);
   const int first_expert = rank * EL;
+
+  if (kStaged && tid == 0) {
+    // full[s]: 1 arrival (the producer's expect_tx) + the stage's bytes; empty[s]: one arrival
+    // per consumer warp. Visible to the copy engine and every warp after phase 0's barriers.
+    for (int p = 0; p < (kStaged ? STAGES : 0); ++p) {
+      ptx::mbarrier_init(s.full + p, 1);
+      ptx::mbarrier_init(s.empty + p, kWarps);
+    }
+    ptx::fence_mbarrier_init();
+  }
 
   // Ranks in other processes (NCCL provider): wait until every rank's pre-dispatch of this call
   // is complete -- which also means every rank finished the previous call, so its inputs and
@@ -263,12 +339,13 @@ __global__ void __launch_bounds__(128 * KW, 1)
     const int n = *reinterpret_cast<const volatile int*>(a.base[tid] + a.off_num_tokens);
     s.src_tokens[tid] = n < 0 ? 0 : (n > TMAX ? TMAX : n);
   }
-  for (int e = tid; e < EL; e += kThreads) s.count[e] = 0;
+  if (tid < kThreads) {
+    for (int e = tid; e < EL; e += kThreads) s.count[e] = 0;
+  }
   __syncthreads();
-#pragma unroll
   for (int sr = 0; sr < R; ++sr) {
     const int* idx = reinterpret_cast<const int*>(a.base[sr] + a.off_topk_idx);
-    for (int i = tid; i < s.src_tokens[sr] * K; i += kThreads) {
+    for (int i = tid; tid < kThreads && i < s.src_tokens[sr] * K; i += kThreads) {
       const int id = __ldg(idx + i) - first_expert;
       if (id >= 0 && id < EL) atomicAdd(&s.count[id], 1);
     }
@@ -313,6 +390,49 @@ __global__ void __launch_bounds__(128 * KW, 1)
       sched.hi[ph] = static_cast<int>(items[ph] * (cta_in_rank + 1) / nctas);
     }
   }
+  if constexpr (kStaged) {
+    if (warp == kWarps) {
+      // Producer: one lane walks the CTA's units in the consumers' order; per unit and step j it
+      // fills one stage with blocks [KW j, KW j + KW) of the four row groups (two bulk copies
+      // each: nibbles and scales are contiguous per row group), once every consumer warp has
+      // released the stage's previous contents.
+      if (lane == 0) {
+        int stage = 0;
+        u32 round = 0;
+        int prev_tile = -1, e = 0;
+        for (Unit u = sched.first(0); u.phase < 2; u = sched.next(u)) {
+          if (u.tileg != prev_tile) {
+            e = nvfp4_moe::expert_of_tile<EL>(s.tile_prefix, u.tileg);
+            prev_tile = u.tileg;
+          }
+          const int nb = u.phase == 0 ? H / 128 : I / 128;
+          const u64 mat = u.phase == 0 ? static_cast<u64>(e) * (2ull * I * H / 2)
+                                       : static_cast<u64>(e) * (static_cast<u64>(H) * I / 2);
+          const u64 blk0 = static_cast<u64>(u.col) * 4 * nb;
+          const u8* q = (u.phase == 0 ? a.w13[rank] : a.w2[rank]) + mat + blk0 * 1024;
+          const u8* sf = (u.phase == 0 ? a.w13_sf[rank] : a.w2_sf[rank]) + mat / 8 + blk0 * 128;
+          for (int j = 0; j < nb / KW; ++j) {
+            if (round > 0) ptx::mbarrier_wait_parity(s.empty + stage, (round - 1) & 1u);
+            u8* dst = s.ring + stage * kStageBytes<KW>;
+            ptx::mbarrier_arrive_expect_tx(s.full + stage, kStageBytes<KW>);
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+              const u64 blk = static_cast<u64>(r) * nb + static_cast<u64>(j) * KW;
+              ptx::bulk_load(dst + r * KW * 1152, q + blk * 1024, KW * 1024, s.full + stage);
+              ptx::bulk_load(dst + r * KW * 1152 + KW * 1024, sf + blk * 128, KW * 128,
+                             s.full + stage);
+            }
+            if (++stage == STAGES) {
+              stage = 0;
+              ++round;
+            }
+          }
+        }
+      }
+      return;
+    }
+  }
+
   // The warp's weight stream of a unit; `prev` is the stream of the unit before it.
   auto stream_of = [&](const Unit& u, const Stream& prev) {
     Stream st{nullptr, nullptr, 0, RING, -1, 0};
@@ -334,10 +454,11 @@ __global__ void __launch_bounds__(128 * KW, 1)
 
   const u64 topk_pitch = static_cast<u64>(K) * 4;
   float acc[NT][4];
-  Ring<RING> ring;
+  Ring<RING> ring;           // STAGES = 0
+  StagePosition pos{0, 0u};  // STAGES > 0
   Unit cur = sched.first(0);
   Stream cs = stream_of(cur, Stream{nullptr, nullptr, 0, RING, -1, 0});
-  prime<RING, KW>(ring, cs, kh, lane);
+  if constexpr (!kStaged) prime<RING, KW>(ring, cs, kh, lane);
 
   // ---- phase 1: FC1 + activation + re-quantization ----------------------------------------
   int b_tile = -1, b_sub = -1;
@@ -353,7 +474,7 @@ __global__ void __launch_bounds__(128 * KW, 1)
     if (cur.tileg != b_tile) {
       b_tile = cur.tileg;
       b_sub = -1;
-      __syncthreads();  // the previous tile's routes are no longer read
+      Sync::sync();  // the previous tile's routes are no longer read
       if (warp == 0) {
         // Routes of expert e in (src_rank, token, k) order; keep ranks [tile*BM, +BM).
         const int want = first_expert + e;
@@ -387,7 +508,7 @@ __global__ void __launch_bounds__(128 * KW, 1)
           }
         }
       }
-      __syncthreads();
+      Sync::sync();
       if (tid < live) {
         // Issued here, stored after the token tile: the two loads' latencies overlap.
         const int sr = s.route_src[tid], tok = s.route_tok[tid], k = s.route_k[tid];
@@ -401,7 +522,7 @@ __global__ void __launch_bounds__(128 * KW, 1)
     const int sub_live = min(NS, live - cur.sub * NS);
     if (cur.sub != b_sub) {
       b_sub = cur.sub;
-      __syncthreads();  // s.b is no longer read
+      Sync::sync();  // s.b is no longer read
       const int sub = cur.sub;
       load_token_tile_paired<H, KMAX, kThreads, false>(
           s.b, sub_live,
@@ -413,7 +534,7 @@ __global__ void __launch_bounds__(128 * KW, 1)
             const int r = sub * NS + i;
             return a.base[s.route_src[r]] + a.off_x_sf + s.route_tok[r] * a.pitch_x_sf;
           });
-      __syncthreads();
+      Sync::sync();
     }
     if (fresh_routes) {
       // Read by the epilogue only, after reduce_tile's barriers.
@@ -433,8 +554,13 @@ __global__ void __launch_bounds__(128 * KW, 1)
       for (int c = 0; c < 4; ++c) acc[nt][c] = 0.0f;
     // Loaded before the stream so that its latency hides behind it (not after the barriers).
     const float g2 = __ldg(a.fc2_scale[rank] + e);
-    consume<KMAX, NT, RING, KW>(ring, cs, ns, s.b, (sub_live + 7) / 8, acc);
-    reduce_tile<NT, KW>(s, acc);
+    if constexpr (kStaged) {
+      consume_staged<KMAX, NT, KW, STAGES>(s.ring, s.full, s.empty, pos, cs.nbw, s.b,
+                                           (sub_live + 7) / 8, acc);
+    } else {
+      consume<KMAX, NT, RING, KW>(ring, cs, ns, s.b, (sub_live + 7) / 8, acc);
+    }
+    reduce_tile<NT, KW, Sync>(s, acc);
     // Warp -> token (warps past NS idle), lane -> column (one 16-column block per half-warp).
     for (int i = warp; i < NS; i += kWarps) {
       const int r = cur.sub * NS + i;
@@ -470,10 +596,11 @@ __global__ void __launch_bounds__(128 * KW, 1)
 
   // The ring already holds the first FC2 blocks: they stream while the barrier waits.
   if constexpr (R == 1) {
-    rank_grid_barrier_gpu(grid_counter, cta_in_rank, nctas, a.timeout_ns, status, rank,
-                          kPhaseAfterFc1);
+    rank_grid_barrier_gpu<Sync>(grid_counter, cta_in_rank, nctas, a.timeout_ns, status, rank,
+                                kPhaseAfterFc1);
   } else {
-    rank_grid_barrier(grid_counter, cta_in_rank, nctas, a.timeout_ns, status, rank, kPhaseAfterFc1);
+    rank_grid_barrier<Sync>(grid_counter, cta_in_rank, nctas, a.timeout_ns, status, rank,
+                            kPhaseAfterFc1);
   }
 
   // ---- phase 2: FC2 into the source ranks' combine slots -----------------------------------
@@ -490,7 +617,7 @@ __global__ void __launch_bounds__(128 * KW, 1)
     if (cur.tileg != b_tile) {
       b_tile = cur.tileg;
       b_sub = -1;
-      __syncthreads();
+      Sync::sync();
       if (tid < live) {
         // Issued here, stored after the token tile (which does not need them): the route list
         // and token tile loads overlap.
@@ -505,7 +632,7 @@ __global__ void __launch_bounds__(128 * KW, 1)
     const int sub_live = min(NS, live - cur.sub * NS);
     if (cur.sub != b_sub) {
       b_sub = cur.sub;
-      __syncthreads();
+      Sync::sync();
       const int row0 = pool_row0 + cur.sub * NS;
       load_token_tile_paired<I, KMAX, kThreads, true>(
           s.b, sub_live,
@@ -513,7 +640,7 @@ __global__ void __launch_bounds__(128 * KW, 1)
             return mine + a.off_fc2_pool + static_cast<u64>(row0 + i) * a.pitch_fc2_pool;
           },
           [&](int i) { return mine + a.off_fc2_sf + static_cast<u64>(row0 + i) * a.pitch_fc2_sf; });
-      __syncthreads();
+      Sync::sync();
     }
     if (fresh_routes) {
       // Read by the epilogue's stores only, after reduce_tile's barriers.
@@ -527,8 +654,13 @@ __global__ void __launch_bounds__(128 * KW, 1)
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
       for (int c = 0; c < 4; ++c) acc[nt][c] = 0.0f;
-    consume<KMAX, NT, RING, KW>(ring, cs, ns, s.b, (sub_live + 7) / 8, acc);
-    reduce_tile<NT, KW>(s, acc);
+    if constexpr (kStaged) {
+      consume_staged<KMAX, NT, KW, STAGES>(s.ring, s.full, s.empty, pos, cs.nbw, s.b,
+                                           (sub_live + 7) / 8, acc);
+    } else {
+      consume<KMAX, NT, RING, KW>(ring, cs, ns, s.b, (sub_live + 7) / 8, acc);
+    }
+    reduce_tile<NT, KW, Sync>(s, acc);
     // y -> bf16, staged as [token][64] in s.red (free after reduce_tile), then peer stores.
     u16* ys = reinterpret_cast<u16*>(s.red);
     for (int u = tid; u < 64 * sub_live; u += kThreads) {
@@ -536,7 +668,7 @@ __global__ void __launch_bounds__(128 * KW, 1)
       const float y = __fmul_rn(s.tile[row * NS + i] * nvfp4::kWeightUnscale, factor);
       ys[i * 64 + row] = ptx::f32_to_bf16_rn(y);
     }
-    __syncthreads();
+    Sync::sync();
     for (int u = tid; u < 8 * sub_live; u += kThreads) {
       const int i = u >> 3, chunk = u & 7;
       const int r = cur.sub * NS + i;
@@ -546,17 +678,17 @@ __global__ void __launch_bounds__(128 * KW, 1)
                      2;
       ptx::store_16(slot, *reinterpret_cast<const ptx::u32x4v*>(ys + i * 64 + chunk * 8));
     }
-    __syncthreads();  // ys (s.red) is read above; the next unit's reduce_tile rewrites it
+    Sync::sync();  // ys (s.red) is read above; the next unit's reduce_tile rewrites it
     cur = nx;
     cs = ns;
   }
 
   if constexpr (R == 1) {
     // One rank, one launch: the rank's CTAs are every writer of its combine slots.
-    rank_grid_barrier_gpu(grid_counter, cta_in_rank, nctas, a.timeout_ns, status, rank,
-                          kPhaseAfterFc2);
+    rank_grid_barrier_gpu<Sync>(grid_counter, cta_in_rank, nctas, a.timeout_ns, status, rank,
+                                kPhaseAfterFc2);
   } else {
-    cross_rank_barrier(
+    cross_rank_barrier<Sync>(
         [&](int p) { return reinterpret_cast<u32*>(a.base[p] + a.off_sync + a.sync_rank_barrier); },
         R, rank, grid_counter, cta_in_rank, nctas, a.timeout_ns, status);
   }
