@@ -40,6 +40,7 @@ struct KernelArgs {
   std::uint64_t off_x, off_x_sf, off_x_global, off_topk_idx, off_topk_w, off_num_tokens;
   std::uint64_t off_route, off_fc2_pool, off_fc2_sf, off_combine, off_sync;
   std::uint64_t pitch_x, pitch_x_sf, pitch_fc2_pool, pitch_fc2_sf;
+  std::uint64_t off_combine_sf, pitch_combine_sf;
   std::uint64_t sync_grid, sync_rank_barrier, sync_status;
   std::uint64_t timeout_ns;
   int pool_rows;
@@ -157,9 +158,14 @@ void nvfp4_mega_moe(const SymmBuffer& buffer, std::span<const Nvfp4KernelWeights
   a.pitch_x_sf = plan.region("x_sf").row_pitch;
   a.pitch_fc2_pool = plan.region("fc2_pool").row_pitch;
   a.pitch_fc2_sf = plan.region("fc2_pool_sf").row_pitch;
-  if (plan.region("combine").row_pitch != static_cast<std::size_t>(2 * c.shape.hidden) ||
+  const auto slot_bytes = static_cast<std::size_t>(c.shape.hidden) * (c.fp8_combine ? 1 : 2);
+  if (plan.region("combine").row_pitch != slot_bytes ||
       plan.region("topk_idx").row_pitch != static_cast<std::size_t>(4 * c.shape.top_k)) {
     throw Unsupported("nvfp4_mega_moe: combine / topk_idx rows must be dense in the plan");
+  }
+  if (c.fp8_combine) {
+    a.off_combine_sf = plan.region("combine_sf").offset;
+    a.pitch_combine_sf = plan.region("combine_sf").row_pitch;
   }
   a.sync_grid = field_offset(plan, "grid_barrier", 4);
   a.sync_rank_barrier = field_offset(plan, "rank_barrier", 64);  // two counters, 32 B apart

@@ -31,7 +31,8 @@ std::size_t smem_for(const MoEConfig& c, int block_m, int ns, int ksplit, int st
   const std::size_t ring = stages < 0    ? 0
                            : stages == 0 ? 16 + 2 * 8
                                          : static_cast<std::size_t>(stages) * (4 * kw * 1152 + 16);
-  const std::size_t bytes = ring                                   // weight stages + barriers
+  const std::size_t ypair = stages < 0 ? 0 : (c.fp8_combine ? 64 * n * 4 : 4);
+  const std::size_t bytes = ring + ypair  // weight stages + barriers, fp8_combine's first half
                             + n * (kmax + 8) * 2                   // token tile, f16
                             + (kw - 1) * 4 * 32 * (n / 8) * 4 * 4  // split-K partials
                             + 64 * n * 4                           // result tile
@@ -156,7 +157,11 @@ jit::KernelRequest nvfp4_mega_moe_request(const MoEConfig& c, int block_m,
   const bool pipelined = version == Nvfp4KernelVersion::pipelined;
   if (pipelined) {
     args += ", " + std::to_string(l.ring) + ", " + std::to_string(l.ksplit) + ", " +
-            std::to_string(l.stages);
+            std::to_string(l.stages) + ", " + (c.fp8_combine ? "1" : "0");
+  } else if (c.fp8_combine) {
+    throw Unsupported(
+        "nvfp4_mega_moe: config.fp8_combine needs the pipelined kernel (MEGAMOE_NVFP4_KERNEL is "
+        "'simple')");
   }
   r.name = pipelined ? "sm90_nvfp4_mega_moe_pipelined" : "sm90_nvfp4_mega_moe";
   r.source = pipelined ? "#include \"megamoe/impls/sm90_nvfp4_mega_moe_pipelined.cuh\"\n"
@@ -166,7 +171,7 @@ jit::KernelRequest nvfp4_mega_moe_request(const MoEConfig& c, int block_m,
             ">";
   r.arch = "sm_90a";
   r.arguments = std::string("H, I, E_local, K, R, BLOCK_M, T_max, NS, act") +
-                (pipelined ? ", ring, ksplit, stages" : "") + " = " + args;
+                (pipelined ? ", ring, ksplit, stages, fp8_combine" : "") + " = " + args;
   return r;
 }
 

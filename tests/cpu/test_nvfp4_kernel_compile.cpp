@@ -64,6 +64,22 @@ TEST(Nvfp4KernelCompile, DecodePresets) {
   }
 }
 
+TEST(Nvfp4KernelCompile, Fp8CombineBuildsWithPipelinedOnly) {
+  MoEConfig c;
+  c.shape = find_preset("dsv4-flash").shape;
+  c.num_ranks = 2;
+  c.max_tokens_per_rank = 512;
+  c.fp8_combine = true;
+  for (int bm : {8, 16}) {
+    compile_one(c, bm, runtime::Nvfp4KernelVersion::pipelined);
+    EXPECT_NE(runtime::nvfp4_mega_moe_request(c, bm, runtime::Nvfp4KernelVersion::pipelined)
+                  .entry.find(", 1>"),
+              std::string::npos);
+  }
+  EXPECT_THROW(runtime::nvfp4_mega_moe_request(c, 8, runtime::Nvfp4KernelVersion::simple),
+               Unsupported);
+}
+
 TEST(Nvfp4KernelCompile, RegistryListsOneRequestPerReachableBlockM) {
   const MoEConfig c = config(1024, 512, 32, 8, 2, 512);
   const auto requests = runtime::kernels_for(c, {"nvfp4_mega_moe"});

@@ -45,6 +45,7 @@ struct Case {
   Routing routing = Routing::uniform;
   bool swizzled = false;
   float clamp = 0.0f;
+  bool fp8_combine = false;
 };
 
 std::string describe_case(const Case& c) {
@@ -53,7 +54,7 @@ std::string describe_case(const Case& c) {
          " E=" + std::to_string(c.experts) + " K=" + std::to_string(c.top_k) +
          " R=" + std::to_string(c.ranks) + " T=" + std::to_string(c.tokens) + " " +
          r[static_cast<int>(c.routing)] + (c.swizzled ? " swizzled-sf" : "") +
-         (c.clamp > 0 ? " clamp" : "");
+         (c.clamp > 0 ? " clamp" : "") + (c.fp8_combine ? " fp8-combine" : "");
 }
 
 MoEConfig config_of(const Case& c) {
@@ -62,6 +63,7 @@ MoEConfig config_of(const Case& c) {
   m.num_ranks = c.ranks;
   m.max_tokens_per_rank = c.t_max;
   m.activation.clamp = c.clamp;
+  m.fp8_combine = c.fp8_combine;
   return m;
 }
 
@@ -375,6 +377,31 @@ TEST_F(Nvfp4MegaMoe, VirtualRanksLocalAndRemoteRoutes) {
     big.routing = Routing::masked;
     run_case(big);
   }
+}
+
+// FP8 combine slots (1x128 e4m3 blocks with f32 scales, docs/reference.md step 7): virtual ranks,
+// token counts around BLOCK_M, both weight-streaming modes (8-token tiles: shared-memory stages;
+// T = 512 at R = 1: 16-token tiles, register ring), local and remote routes.
+TEST_F(Nvfp4MegaMoe, Fp8CombineAcrossRanksAndTiles) {
+  for (int ranks : {1, 2, 4}) {
+    for (int k : {6, 8}) {
+      Case c;
+      c.fp8_combine = true;
+      c.ranks = ranks;
+      c.top_k = k;
+      const int bm = get_block_m_for_mega_moe(config_of(c), 1);
+      for (std::int64_t t : {std::int64_t{1}, std::int64_t{bm + 1}, std::int64_t{96}}) {
+        c.tokens = t;
+        c.routing = t == 1 ? Routing::uniform : Routing::masked;
+        run_case(c);
+      }
+    }
+  }
+  Case wide;
+  wide.fp8_combine = true;
+  wide.tokens = 512;
+  wide.routing = Routing::masked;
+  run_case(wide);
 }
 
 TEST_F(Nvfp4MegaMoe, AllTokensOnOneExpert) {

@@ -98,6 +98,12 @@ MEGAMOE_DEVICE float ue4m3_value(u32 c) {
   return __uint_as_float(((e + 120u) << 23) | (m << 20));
 }
 
+// Value of any finite e4m3 code (sign bit 7).
+MEGAMOE_DEVICE float e4m3_value(u32 c) {
+  const float v = ue4m3_value(c & 0x7Fu);
+  return (c & 0x80u) ? -v : v;
+}
+
 // Smallest power of two 2^(s-127) >= x (see ue8m0_ceil_code on the CPU).
 MEGAMOE_DEVICE u32 ue8m0_ceil_code(float x) {
   const u32 u = __float_as_uint(x);

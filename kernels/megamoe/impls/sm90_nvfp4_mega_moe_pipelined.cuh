@@ -214,7 +214,7 @@ MEGAMOE_DEVICE void consume_staged(const u8* ring, u64* full, u64* empty, StageP
 // Shared memory of one CTA (dynamic; src/runtime/register_nvfp4_mega_moe.cpp mirrors its size).
 // ring / full / empty: the weight stages; b: the token tile, f16 [NS][KMAX + 8] in the paired
 // layout; red: split-K partials of the warps with kh >= 1, [kh - 1][row group][lane][NT * 4].
-template <int EL, int BM, int NS, int KMAX, int KW, int STAGES>
+template <int EL, int BM, int NS, int KMAX, int KW, int STAGES, int FP8C>
 struct Smem {
   // Weight stages and their barriers (STAGES > 0; a token 16 B otherwise).
   u8 ring[STAGES > 0 ? STAGES* kStageBytes<KW> : 16];
@@ -227,6 +227,7 @@ struct Smem {
   int src_tokens[8];  // live tokens of each source rank
   int route_src[BM], route_tok[BM], route_k[BM];
   float route_w[BM], route_alpha[BM];
+  float ypair[FP8C ? 64 * NS : 1];  // fp8_combine: y of the even column tile of a 128-row block
 };
 
 // Sums the KW partial accumulators of each row group in kh order and leaves the CTA's 64 x NS
@@ -271,7 +272,7 @@ MEGAMOE_DEVICE void reduce_tile(S& s, float (&acc)[NT][4]) {
 // blocks kh, kh + KW, ...); with STAGES > 0, warp 4 KW is the producer (one elected lane issues
 // the bulk copies; it leaves after phase 0 and takes no part in the consumers' barriers).
 template <int H, int I, int EL, int K, int R, int BM, int TMAX, int NS, int ACT, int RING = 4,
-          int KW = 2, int STAGES = 0>
+          int KW = 2, int STAGES = 0, int FP8C = 0>
 __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
     nvfp4_mega_moe_pipelined_kernel(const __grid_constant__ Nvfp4MoeArgs a) {
   static_assert(H % 128 == 0 && I % 128 == 0, "H and I must be multiples of 128");
@@ -283,6 +284,7 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
   static_assert(RING >= 2 && RING <= 8 && (KW == 2 || RING <= 4),
                 "ring depth 2..8 (2..4 under the 16-warp register cap)");
   static_assert(STAGES == 0 || (STAGES >= 2 && STAGES <= 8), "0 (register ring) or 2..8 stages");
+  static_assert(FP8C == 0 || FP8C == 1, "fp8_combine is a flag");
   static_assert(STAGES == 0 || ((H / 128) % KW == 0 && (I / 128) % KW == 0),
                 "stages hold one block per consumer warp: H / 128 and I / 128 multiples of KW");
   using namespace nvfp4_pipe;
@@ -296,9 +298,15 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
   constexpr int NT = NS / 8;
   constexpr int CT = I / 32;  // FC1 column tiles (32 gate + 32 up rows each)
   constexpr int HT = H / 64;  // FC2 row tiles
-  using S = nvfp4_pipe::Smem<EL, BM, NS, KMAX, KW, STAGES>;
+  using S = nvfp4_pipe::Smem<EL, BM, NS, KMAX, KW, STAGES, FP8C>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   S& s = *reinterpret_cast<S*>(smem_raw);
+  {
+    // The host sizes the dynamic shared memory from a mirror of S: a mismatch must not corrupt.
+    u32 dyn;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
+    if (dyn < sizeof(S)) __trap();
+  }
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int rg = warp & 3, kh = warp >> 2;
@@ -386,8 +394,16 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
                                 static_cast<long long>(total_tiles) * HT};
 #pragma unroll
     for (int ph = 0; ph < 2; ++ph) {
-      sched.lo[ph] = static_cast<int>(items[ph] * cta_in_rank / nctas);
-      sched.hi[ph] = static_cast<int>(items[ph] * (cta_in_rank + 1) / nctas);
+      long long lo = items[ph] * cta_in_rank / nctas;
+      long long hi = items[ph] * (cta_in_rank + 1) / nctas;
+      if (FP8C && ph == 1) {
+        // FP8 combine blocks are 128 rows = two FC2 column tiles: every CTA owns whole pairs
+        // (H / 64 is even, so the pair boundaries are even item indices).
+        lo &= ~1ll;
+        hi = cta_in_rank + 1 == nctas ? items[ph] : (hi & ~1ll);
+      }
+      sched.lo[ph] = static_cast<int>(lo);
+      sched.hi[ph] = static_cast<int>(hi);
     }
   }
   if constexpr (kStaged) {
@@ -661,24 +677,68 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
       consume<KMAX, NT, RING, KW>(ring, cs, ns, s.b, (sub_live + 7) / 8, acc);
     }
     reduce_tile<NT, KW, Sync>(s, acc);
-    // y -> bf16, staged as [token][64] in s.red (free after reduce_tile), then peer stores.
-    u16* ys = reinterpret_cast<u16*>(s.red);
-    for (int u = tid; u < 64 * sub_live; u += kThreads) {
-      const int i = u / 64, row = u - i * 64;
-      const float y = __fmul_rn(s.tile[row * NS + i] * nvfp4::kWeightUnscale, factor);
-      ys[i * 64 + row] = ptx::f32_to_bf16_rn(y);
+    if constexpr (FP8C) {
+      if ((cur.col & 1) == 0) {
+        // First 64 rows of a 128-row FP8 block: kept until the odd tile, this CTA's next unit
+        // (whole pairs per CTA, and the columns of one (tile, sub-tile) run in order). Read
+        // there after its reduce_tile barriers; rewritten only after the next pair's ones.
+        for (int u = tid; u < 64 * sub_live; u += kThreads) {
+          const int i = u / 64, row = u - i * 64;
+          s.ypair[row * NS + i] = __fmul_rn(s.tile[row * NS + i] * nvfp4::kWeightUnscale, factor);
+        }
+      } else {
+        // One warp per token, lane l holds rows 4 l .. 4 l + 3 of the block: finite amax, f32
+        // scale amax / 448, e4m3 codes of y / scale (the oracle's 1x128 recipe), 4 bytes a lane
+        // and the scale into the source rank's slot (peer writes).
+        for (int i = warp; i < sub_live; i += kWarps) {
+          const int r = cur.sub * NS + i;
+          float v[4];
+          float amax = 0.0f;
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            const int h = lane * 4 + j;
+            v[j] = h < 64 ? s.ypair[h * NS + i]
+                          : __fmul_rn(s.tile[(h - 64) * NS + i] * nvfp4::kWeightUnscale, factor);
+            amax = exact::amax2(amax, exact::finite_abs(v[j]));
+          }
+#pragma unroll
+          for (int d = 16; d >= 1; d >>= 1) {
+            amax = exact::amax2(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, d));
+          }
+          const float scale = exact::fp8_f32_scale(amax);
+          u32 packed = 0;
+#pragma unroll
+          for (int j = 0; j < 4; ++j) packed |= exact::e4m3_code(__fdiv_rn(v[j], scale)) << (8 * j);
+          const u64 row = static_cast<u64>(s.route_k[r]) * TMAX + s.route_tok[r];
+          u8* base = a.base[s.route_src[r]];
+          const int blk = cur.col >> 1;
+          *reinterpret_cast<u32*>(base + a.off_combine + row * H + blk * 128 + lane * 4) = packed;
+          if (lane == 0) {
+            *reinterpret_cast<float*>(base + a.off_combine_sf + row * a.pitch_combine_sf +
+                                      blk * 4) = scale;
+          }
+        }
+      }
+    } else {
+      // y -> bf16, staged as [token][64] in s.red (free after reduce_tile), then peer stores.
+      u16* ys = reinterpret_cast<u16*>(s.red);
+      for (int u = tid; u < 64 * sub_live; u += kThreads) {
+        const int i = u / 64, row = u - i * 64;
+        const float y = __fmul_rn(s.tile[row * NS + i] * nvfp4::kWeightUnscale, factor);
+        ys[i * 64 + row] = ptx::f32_to_bf16_rn(y);
+      }
+      Sync::sync();
+      for (int u = tid; u < 8 * sub_live; u += kThreads) {
+        const int i = u >> 3, chunk = u & 7;
+        const int r = cur.sub * NS + i;
+        u8* slot = a.base[s.route_src[r]] + a.off_combine +
+                   ((static_cast<u64>(s.route_k[r]) * TMAX + s.route_tok[r]) * H + cur.col * 64 +
+                    chunk * 8) *
+                       2;
+        ptx::store_16(slot, *reinterpret_cast<const ptx::u32x4v*>(ys + i * 64 + chunk * 8));
+      }
+      Sync::sync();  // ys (s.red) is read above; the next unit's reduce_tile rewrites it
     }
-    Sync::sync();
-    for (int u = tid; u < 8 * sub_live; u += kThreads) {
-      const int i = u >> 3, chunk = u & 7;
-      const int r = cur.sub * NS + i;
-      u8* slot = a.base[s.route_src[r]] + a.off_combine +
-                 ((static_cast<u64>(s.route_k[r]) * TMAX + s.route_tok[r]) * H + cur.col * 64 +
-                  chunk * 8) *
-                     2;
-      ptx::store_16(slot, *reinterpret_cast<const ptx::u32x4v*>(ys + i * 64 + chunk * 8));
-    }
-    Sync::sync();  // ys (s.red) is read above; the next unit's reduce_tile rewrites it
     cur = nx;
     cs = ns;
   }
@@ -706,9 +766,19 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
 #pragma unroll
       for (int k = 0; k < K; ++k) {
         const int id = __ldg(idx + t * K + k);
-        if (id >= 0 && id < EL * R) {
-          const ptx::u32x4v v =
-              ptx::load_16(slots + ((static_cast<u64>(k) * TMAX + t) * H + c * 8) * 2);
+        if (id < 0 || id >= EL * R) continue;
+        const u64 row = static_cast<u64>(k) * TMAX + t;
+        if constexpr (FP8C) {
+          u32 q[2];
+          ptx::load_8(slots + row * H + c * 8, q[0], q[1]);
+          const float scale = ptx::load_f32_cg(mine + a.off_combine_sf + row * a.pitch_combine_sf +
+                                               (c * 8 / 128) * 4);
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            sum[j] += __fmul_rn(exact::e4m3_value((q[j >> 2] >> (8 * (j & 3))) & 0xFFu), scale);
+          }
+        } else {
+          const ptx::u32x4v v = ptx::load_16(slots + (row * H + c * 8) * 2);
           const u32 w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
           for (int j = 0; j < 4; ++j) {

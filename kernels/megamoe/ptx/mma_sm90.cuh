@@ -27,6 +27,18 @@ MEGAMOE_DEVICE u32x4v load_16(const void* p) {
   return v;
 }
 
+// 8-byte load through L2 (data written earlier in this launch by other CTAs or ranks).
+MEGAMOE_DEVICE void load_8(const void* p, u32& lo, u32& hi) {
+  asm volatile("ld.global.cg.v2.u32 {%0, %1}, [%2];" : "=r"(lo), "=r"(hi) : "l"(p) : "memory");
+}
+
+// f32 load through L2 (see load_8).
+MEGAMOE_DEVICE float load_f32_cg(const void* p) {
+  float v;
+  asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
+  return v;
+}
+
 MEGAMOE_DEVICE void store_16(void* p, u32x4v v) {
   asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z),
                "r"(v.w)
