@@ -41,7 +41,7 @@ struct Nvfp4MoeArgs {
   u64 off_x, off_x_sf, off_x_global, off_topk_idx, off_topk_w, off_num_tokens;
   u64 off_route, off_fc2_pool, off_fc2_sf, off_combine, off_sync;
   u64 pitch_x, pitch_x_sf, pitch_fc2_pool, pitch_fc2_sf;
-  u64 off_combine_sf, pitch_combine_sf;  // fp8_combine: f32 scale per 128 values of a slot
+  u64 off_combine_sf, pitch_combine_sf;           // fp8_combine: f32 scale per 128 values of a slot
   u64 sync_grid, sync_rank_barrier, sync_status;  // field offsets inside "sync"
   u64 timeout_ns;
   int pool_rows;
