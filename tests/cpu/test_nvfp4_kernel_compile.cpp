@@ -78,6 +78,17 @@ TEST(Nvfp4KernelCompile, Fp8CombineBuildsWithPipelinedOnly) {
   }
   EXPECT_THROW(runtime::nvfp4_mega_moe_request(c, 8, runtime::Nvfp4KernelVersion::simple),
                Unsupported);
+  // Every reachable BLOCK_M of the GPU test's small shape, both streaming modes.
+  for (int ranks : {1, 2, 4, 8}) {
+    const MoEConfig small = [&] {
+      MoEConfig m = config(1024, 512, 32, 8, ranks, 512);
+      m.fp8_combine = true;
+      return m;
+    }();
+    for (int bm : reachable_block_ms(small)) {
+      compile_one(small, bm, runtime::Nvfp4KernelVersion::pipelined);
+    }
+  }
 }
 
 TEST(Nvfp4KernelCompile, RegistryListsOneRequestPerReachableBlockM) {

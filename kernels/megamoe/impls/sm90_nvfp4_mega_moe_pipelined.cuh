@@ -692,23 +692,26 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
         // and the scale into the source rank's slot (peer writes).
         for (int i = warp; i < sub_live; i += kWarps) {
           const int r = cur.sub * NS + i;
-          float v[4];
-          float amax = 0.0f;
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
+          // Read twice from shared memory rather than held: 16-token tiles are at the
+          // 128-register cap.
+          auto y_of = [&](int j) {
             const int h = lane * 4 + j;
-            v[j] = h < 64 ? s.ypair[h * NS + i]
+            return h < 64 ? s.ypair[h * NS + i]
                           : __fmul_rn(s.tile[(h - 64) * NS + i] * nvfp4::kWeightUnscale, factor);
-            amax = exact::amax2(amax, exact::finite_abs(v[j]));
-          }
+          };
+          float amax = 0.0f;
+#pragma unroll 1
+          for (int j = 0; j < 4; ++j) amax = exact::amax2(amax, exact::finite_abs(y_of(j)));
 #pragma unroll
           for (int d = 16; d >= 1; d >>= 1) {
             amax = exact::amax2(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, d));
           }
           const float scale = exact::fp8_f32_scale(amax);
           u32 packed = 0;
-#pragma unroll
-          for (int j = 0; j < 4; ++j) packed |= exact::e4m3_code(__fdiv_rn(v[j], scale)) << (8 * j);
+#pragma unroll 1
+          for (int j = 0; j < 4; ++j) {
+            packed |= exact::e4m3_code(__fdiv_rn(y_of(j), scale)) << (8 * j);
+          }
           const u64 row = static_cast<u64>(s.route_k[r]) * TMAX + s.route_tok[r];
           u8* base = a.base[s.route_src[r]];
           const int blk = cur.col >> 1;
