@@ -8,15 +8,11 @@
 #include <span>
 
 #include "megamoe/buffer.hpp"
+#include "megamoe/layer_outputs.hpp"
 #include "megamoe/pre_dispatch.hpp"
 #include "megamoe/types.hpp"
 
 namespace megamoe {
-
-struct MoEOutputs {
-  int rank = 0;
-  TensorView out;  // bf16 [T, H]; T = the rank's last pre-dispatched token count (<= T_max)
-};
 
 // FP8 e4m3 weights with 128x128 block scales (f32, or ue8m0 when config.fp8_scale is ue8m0).
 struct Fp8ExpertWeights {

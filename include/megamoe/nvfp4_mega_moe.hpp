@@ -5,6 +5,7 @@
 #include <span>
 
 #include "megamoe/buffer.hpp"
+#include "megamoe/layer_outputs.hpp"
 #include "megamoe/pre_dispatch.hpp"
 #include "megamoe/types.hpp"
 
@@ -48,10 +49,8 @@ void transform_weights_for_mega_moe(const MoEConfig& config, const Nvfp4Checkpoi
 void transform_ue4m3_sf_into_required_layout(const TensorView& in, ScaleLayout from,
                                              const TensorView& out, Stream stream);
 
-struct Nvfp4MoEOutputs {
-  int rank = 0;
-  TensorView out;  // bf16 [T, H]; T = the rank's last pre-dispatched token count
-};
+// The same record as every family's (layer_outputs.hpp); the name stays for existing callers.
+using Nvfp4MoEOutputs = MoEOutputs;
 
 // Runs the fused layer for every rank this process drives (all R with the local provider, one
 // with NCCL). Inputs come from the last mega_moe_pre_dispatch on `buffer`. `weights` has one
