@@ -2,6 +2,7 @@
 // tests and benchmarks launch, and fails on local memory or register spills.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 
 #include "jit/compiler.hpp"
@@ -88,6 +89,59 @@ TEST(Nvfp4KernelCompile, Fp8CombineBuildsWithPipelinedOnly) {
     for (int bm : reachable_block_ms(small)) {
       compile_one(small, bm, runtime::Nvfp4KernelVersion::pipelined);
     }
+  }
+}
+
+// The host sizes the dynamic shared memory from a mirror of the kernels' Smem structs: NVRTC
+// checks the mirror against sizeof(Smem) (equal up to the 16-byte rounding) for both versions,
+// both streaming modes and both combine formats.
+void check_smem_mirror(const MoEConfig& c, int block_m, runtime::Nvfp4KernelVersion version) {
+  const runtime::Nvfp4LaunchShape l = runtime::nvfp4_launch_shape(c, block_m, version);
+  const bool pipelined = version == runtime::Nvfp4KernelVersion::pipelined;
+  const std::string kmax = std::to_string(std::max(c.shape.hidden, c.shape.intermediate));
+  const std::string common = std::to_string(c.experts_per_rank()) + ", " + std::to_string(block_m) +
+                             ", " + std::to_string(l.token_subtile) + ", " + kmax;
+  const std::string smem_type =
+      pipelined ? "megamoe::device::nvfp4_pipe::Smem<" + common + ", " + std::to_string(l.ksplit) +
+                      ", " + std::to_string(l.stages) + ", " + (c.fp8_combine ? "1" : "0") + ">"
+                : "megamoe::device::nvfp4_moe::Smem<" + common + ">";
+  jit::KernelRequest r;
+  r.name = "nvfp4_smem_mirror";
+  r.source = std::string("#include \"megamoe/impls/") +
+             (pipelined ? "sm90_nvfp4_mega_moe_pipelined.cuh" : "sm90_nvfp4_mega_moe.cuh") +
+             "\"\nconstexpr unsigned long long kHost = " + std::to_string(l.smem) +
+             "ull;\nstatic_assert(sizeof(" + smem_type +
+             ") <= kHost, \"host shared-memory size below sizeof(Smem)\");\nstatic_assert(kHost - "
+             "sizeof(" +
+             smem_type +
+             ") < 16, \"host shared-memory mirror drifted from Smem\");\n"
+             "extern \"C\" __global__ void nvfp4_smem_mirror() {}\n";
+  r.entry = "nvfp4_smem_mirror";
+  SCOPED_TRACE(describe(c) + " BLOCK_M=" + std::to_string(block_m) + " " + smem_type + " host " +
+               std::to_string(l.smem));
+  EXPECT_NO_THROW(jit::compile(r));
+}
+
+TEST(Nvfp4KernelCompile, HostSharedMemoryMirrorsTheKernelStructs) {
+  for (const char* name : {"dsv4-flash", "h6144-e256-k8"}) {
+    for (bool fp8 : {false, true}) {
+      MoEConfig c;
+      c.shape = find_preset(name).shape;
+      c.num_ranks = 1;
+      c.max_tokens_per_rank = 512;
+      c.fp8_combine = fp8;
+      for (int bm : {8, 16}) {
+        check_smem_mirror(c, bm, runtime::Nvfp4KernelVersion::pipelined);
+        test::ScopedEnv ring("MEGAMOE_NVFP4_STAGES", "0");
+        check_smem_mirror(c, bm, runtime::Nvfp4KernelVersion::pipelined);
+      }
+      if (!fp8) check_smem_mirror(c, 8, runtime::Nvfp4KernelVersion::simple);
+    }
+  }
+  const MoEConfig small = config(1024, 512, 32, 8, 8, 512);
+  for (int bm : reachable_block_ms(small)) {
+    check_smem_mirror(small, bm, runtime::Nvfp4KernelVersion::pipelined);
+    check_smem_mirror(small, bm, runtime::Nvfp4KernelVersion::simple);
   }
 }
 
