@@ -14,6 +14,7 @@
 //
 // Subsets for profiling and quick iterations (comma lists; unset = all):
 //   MEGAMOE_BENCH_PRESETS=dsv4-flash  MEGAMOE_BENCH_ROUTINGS=uniform  MEGAMOE_BENCH_TOKENS=1,128
+// MEGAMOE_BENCH_FP8_COMBINE=1 times the layer with FP8 combine slots (config.fp8_combine).
 #include <cuda.h>
 
 #include <algorithm>
@@ -146,6 +147,8 @@ int main(int argc, char** argv) {
     const Helpers helpers = load_helpers();
     std::vector<Row> rows;
     double bw_tbs = 0;
+    const char* fp8_env = std::getenv("MEGAMOE_BENCH_FP8_COMBINE");
+    const bool fp8_combine = fp8_env != nullptr && std::string(fp8_env) == "1";
     const std::vector<RoutingCase> routings = {
         {"uniform", {}},
         {"zipf1.2", {reference::RoutingSkew::zipf, 1.2, 0.0}},
@@ -157,6 +160,7 @@ int main(int argc, char** argv) {
       c.shape = find_preset(preset_name).shape;
       c.num_ranks = 1;
       c.max_tokens_per_rank = 512;
+      c.fp8_combine = fp8_combine;
       const std::int64_t el = c.experts_per_rank(), H = c.shape.hidden;
       const Nvfp4KernelWeightBytes wb = nvfp4_kernel_weight_bytes(c);
       DeviceBuffer w13(wb.w13), w13_sf(wb.w13_sf), w2(wb.w2), w2_sf(wb.w2_sf);
@@ -266,7 +270,8 @@ int main(int argc, char** argv) {
       }
     }
 
-    std::string md = "# NVFP4 MegaMoE (SM90), EP1, " + props.name + ", driver " +
+    std::string md = std::string("# NVFP4 MegaMoE (SM90), EP1") +
+                     (fp8_combine ? ", FP8 combine" : "") + ", " + props.name + ", driver " +
                      std::to_string(props.driver_version) + ", SMs " +
                      std::to_string(get_num_sms()) +
                      "\n\nHBM read bandwidth (this run): " + std::to_string(bw_tbs) + " TB/s\n\n" +

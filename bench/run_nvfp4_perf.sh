@@ -10,6 +10,7 @@
 #           bench4    EP1 bench, pipelined, ring 4
 #           bench@KS/RG  EP1 bench, pipelined, K split KS and ring depth RG (e.g. bench@2/8)
 #           stages@N  EP1 bench, pipelined, N shared-memory weight stages (0: register ring)
+#           fp8       EP1 bench with FP8 combine slots (config.fp8_combine)
 #           simple    EP1 bench, simple
 #           ncu       stall reasons of one launch (the bench's first: dsv4-flash T = 1)
 #           san       racecheck + memcheck on the small case (pipelined)
@@ -70,6 +71,8 @@ for stage in "$@"; do
       MEGAMOE_NVFP4_STAGES=${stage#stages@} step "bench_s${stage#stages@}" 40 \
         "$bin/bench_nvfp4_mega_moe" "$out/bench_s${stage#stages@}" &&
         benches+=("bench_s${stage#stages@}") ;;
+    fp8) MEGAMOE_BENCH_FP8_COMBINE=1 step bench_fp8 40 "$bin/bench_nvfp4_mega_moe" \
+      "$out/bench_fp8" && benches+=(bench_fp8) ;;
     bench4) MEGAMOE_NVFP4_RING=4 step bench_ring4 40 "$bin/bench_nvfp4_mega_moe" "$out/bench_ring4" &&
       benches+=(bench_ring4) ;;
     simple) MEGAMOE_NVFP4_KERNEL=simple step bench_simple 40 "$bin/bench_nvfp4_mega_moe" \
