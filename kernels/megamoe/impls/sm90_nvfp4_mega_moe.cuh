@@ -232,57 +232,27 @@ MEGAMOE_DEVICE int expert_of_tile(const int* tile_prefix, int tileg) {
   return lo;
 }
 
-}  // namespace nvfp4_moe
-
-template <int H, int I, int EL, int K, int R, int BM, int TMAX, int NS, int ACT>
-__global__ void __launch_bounds__(kNvfp4Threads, 1)
-    nvfp4_mega_moe_kernel(const __grid_constant__ Nvfp4MoeArgs a) {
-  static_assert(H % 128 == 0 && I % 128 == 0, "H and I must be multiples of 128");
-  static_assert(NS % 8 == 0 && BM % NS == 0, "token sub-tile must divide BLOCK_M");
-  static_assert(R >= 1 && R <= kNvfp4MaxRanks, "1..8 ranks");
-  constexpr int KMAX = H > I ? H : I;
-  constexpr int NT = NS / 8;
-  constexpr int CT = I / 32;  // FC1 column tiles (32 gate + 32 up rows each)
-  constexpr int HT = H / 64;  // FC2 row tiles
-  using S = nvfp4_moe::Smem<EL, BM, NS, KMAX>;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  S& s = *reinterpret_cast<S*>(smem_raw);
-
+// Phase 0 (every CTA, redundantly): each source rank's live token count, the routes it sends to
+// this rank's local experts (shared-memory atomics: the counts are order independent) and the
+// padded tile prefix, ceil(count / BM) tiles per expert. Threads [0, THREADS) count; all BLOCK
+// threads of the CTA take part in its barriers. Returns the rank's tile count, clamped to the
+// pool: tiles past its capacity (only reachable with repeated expert ids in one token's top-k,
+// which the planner excludes) are dropped rather than written out of bounds.
+template <int EL, int K, int R, int BM, int TMAX, int THREADS, int BLOCK, class S>
+MEGAMOE_DEVICE int plan_tiles(const Nvfp4MoeArgs& a, S& s, int first_expert) {
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int cta_in_rank = static_cast<int>(blockIdx.x) % a.ctas_per_rank;
-  const int rank = a.first_rank + static_cast<int>(blockIdx.x) / a.ctas_per_rank;
-  const int nctas = a.ctas_per_rank;
-  u8* const mine = a.base[rank];
-  u8* const sync = mine + a.off_sync;
-  u32* const grid_counter = reinterpret_cast<u32*>(sync + a.sync_grid);
-  u32* const status = reinterpret_cast<u32*>(sync + a.sync_status);
-
-  // Ranks in other processes (NCCL provider): wait until every rank's pre-dispatch of this call
-  // is complete -- which also means every rank finished the previous call, so its inputs and
-  // combine slots may be overwritten. One launch for all ranks (local provider) needs no wait.
-  // Its own counter (the second half of the "rank_barrier" field): with one counter per barrier
-  // a rank can add to a counter's next generation only after all ranks finished its current one.
-  if (a.num_driven < R) {
-    cross_rank_barrier(
-        [&](int p) {
-          return reinterpret_cast<u32*>(a.base[p] + a.off_sync + a.sync_rank_barrier + 32);
-        },
-        R, rank, grid_counter, cta_in_rank, nctas, a.timeout_ns, status, kPhaseEntry);
-  }
-
-  // ---- phase 0: route counts and the padded pool layout (every CTA, redundantly) ----------
+  constexpr bool kEveryThread = THREADS == BLOCK;
   if (tid < R) {
     const int n = *reinterpret_cast<const volatile int*>(a.base[tid] + a.off_num_tokens);
     s.src_tokens[tid] = n < 0 ? 0 : (n > TMAX ? TMAX : n);
   }
-  for (int e = tid; e < EL; e += kNvfp4Threads) s.count[e] = 0;
-  const int* const src_tokens = s.src_tokens;
+  if (kEveryThread || tid < THREADS) {
+    for (int e = tid; e < EL; e += THREADS) s.count[e] = 0;
+  }
   __syncthreads();
-  const int first_expert = rank * EL;
-#pragma unroll
   for (int sr = 0; sr < R; ++sr) {
     const int* idx = reinterpret_cast<const int*>(a.base[sr] + a.off_topk_idx);
-    for (int i = tid; i < src_tokens[sr] * K; i += kNvfp4Threads) {
+    for (int i = tid; (kEveryThread || tid < THREADS) && i < s.src_tokens[sr] * K; i += THREADS) {
       const int id = __ldg(idx + i) - first_expert;
       if (id >= 0 && id < EL) atomicAdd(&s.count[id], 1);
     }
@@ -312,10 +282,196 @@ __global__ void __launch_bounds__(kNvfp4Threads, 1)
     if (lane == 31) s.tile_prefix[EL] = incl;
   }
   __syncthreads();
-  // Tiles past the pool's capacity (only reachable with repeated expert ids in one token's
-  // top-k, which the planner excludes) are dropped rather than written out of bounds.
-  int total_tiles = s.tile_prefix[EL];
-  if (total_tiles * BM > a.pool_rows) total_tiles = a.pool_rows / BM;
+  const int total_tiles = s.tile_prefix[EL];
+  return total_tiles * BM > a.pool_rows ? a.pool_rows / BM : total_tiles;
+}
+
+// One warp: the routes of expert `want` (global id) in (src_rank, token, k) order, keeping ranks
+// [tile * BM, tile * BM + BM) in s.route_src / route_tok / route_k. Eight independent loads per
+// lane before the first ballot: the scan is latency bound.
+template <int K, int R, int BM, class S>
+MEGAMOE_DEVICE void gather_tile_routes(const Nvfp4MoeArgs& a, S& s, int want, int tile) {
+  const int lane = threadIdx.x & 31;
+  const int r0 = tile * BM, r1 = r0 + BM;
+  int pos = 0;
+  for (int sr = 0; sr < R && pos < r1; ++sr) {
+    const int* idx = reinterpret_cast<const int*>(a.base[sr] + a.off_topk_idx);
+    const int n = s.src_tokens[sr] * K;
+    for (int base = 0; base < n && pos < r1; base += 256) {
+      int ids[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        const int i = base + u * 32 + lane;
+        ids[u] = i < n ? __ldg(idx + i) : -1;
+      }
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        const int i = base + u * 32 + lane;
+        const bool m = ids[u] == want;
+        const u32 bal = __ballot_sync(0xFFFFFFFFu, m);
+        if (m) {
+          const int p = pos + __popc(bal & ((1u << lane) - 1u));
+          if (p >= r0 && p < r1) {
+            s.route_src[p - r0] = sr;
+            s.route_tok[p - r0] = i / K;
+            s.route_k[p - r0] = i - (i / K) * K;
+          }
+        }
+        pos += __popc(bal);
+      }
+    }
+  }
+}
+
+// FC1 epilogue of token i of the sub-tile (route r of the tile), one warp, lane = column of the
+// 32-column tile `col`: gate and up from s.tile, activation, route weight, NVFP4
+// re-quantization in 16-column blocks with the expert's fc2_input_scale g2, into row
+// pool_row0 + r of the rank's fc2_pool. Every lane runs it (the shuffles), i < sub_live writes.
+template <int ACT, int NS, class S>
+MEGAMOE_DEVICE void fc1_requantize_token(const Nvfp4MoeArgs& a, const S& s, u8* mine, int i, int r,
+                                         int sub_live, int col, int pool_row0, float g2) {
+  const int lane = threadIdx.x & 31;
+  float v = 0.0f;
+  if (i < sub_live) {
+    const float alpha = s.route_alpha[r];
+    const float gate = __fmul_rn(s.tile[lane * NS + i] * nvfp4::kWeightUnscale, alpha);
+    const float up = __fmul_rn(s.tile[(32 + lane) * NS + i] * nvfp4::kWeightUnscale, alpha);
+    v = s.route_w[r] * activate<ACT>(gate, up, a);
+  }
+  float amax = exact::finite_abs(v);
+#pragma unroll
+  for (int d = 8; d >= 1; d >>= 1) {
+    amax = exact::amax2(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, d));
+  }
+  const u32 code = exact::nvfp4_block_code(amax, g2);
+  const float denom = __fmul_rn(exact::ue4m3_value(code), g2);
+  const u32 q = exact::e2m1_code(__fdiv_rn(v, denom));
+  const u32 q_next = __shfl_down_sync(0xFFFFFFFFu, q, 1);
+  if (i < sub_live) {
+    const u64 prow = static_cast<u64>(pool_row0 + r);
+    u8* pool = mine + a.off_fc2_pool + prow * a.pitch_fc2_pool;
+    if ((lane & 1) == 0) pool[(col * 32 + lane) / 2] = static_cast<u8>(q | (q_next << 4));
+    if ((lane & 15) == 0) {
+      (mine + a.off_fc2_sf + prow * a.pitch_fc2_sf)[col * 2 + lane / 16] = static_cast<u8>(code);
+    }
+  }
+}
+
+// FC2 epilogue, bf16 slots: y of the 64-row tile `col` for the sub-tile's tokens, staged as
+// [token][64] bf16 in `ys`, then 16-byte peer stores into each route's combine slot. Sync is
+// the CTA barrier of the THREADS participating threads.
+template <int H, int TMAX, int NS, int THREADS, class Sync, class S>
+MEGAMOE_DEVICE void fc2_store_bf16_slots(const Nvfp4MoeArgs& a, const S& s, u16* ys, int sub,
+                                         int sub_live, int col, float factor) {
+  const int tid = threadIdx.x;
+  for (int u = tid; u < 64 * sub_live; u += THREADS) {
+    const int i = u / 64, row = u - i * 64;
+    const float y = __fmul_rn(s.tile[row * NS + i] * nvfp4::kWeightUnscale, factor);
+    ys[i * 64 + row] = ptx::f32_to_bf16_rn(y);
+  }
+  Sync::sync();
+  for (int u = tid; u < 8 * sub_live; u += THREADS) {
+    const int i = u >> 3, chunk = u & 7;
+    const int r = sub * NS + i;
+    u8* slot =
+        a.base[s.route_src[r]] + a.off_combine +
+        ((static_cast<u64>(s.route_k[r]) * TMAX + s.route_tok[r]) * H + col * 64 + chunk * 8) * 2;
+    ptx::store_16(slot, *reinterpret_cast<const ptx::u32x4v*>(ys + i * 64 + chunk * 8));
+  }
+}
+
+// Phase 3: out[t] = bf16(sum over the token's live routes, in k order, of its combine slots),
+// f32; `rows` tokens of this rank over its CTAs. FP8C: slots hold e4m3 codes with an f32 scale
+// per 128 values, dequantized (code value x scale) before the sum.
+template <int H, int K, int EL, int R, int TMAX, int THREADS, int FP8C>
+MEGAMOE_DEVICE void combine_rank_tokens(const Nvfp4MoeArgs& a, u8* mine, int rank, int rows,
+                                        int cta_in_rank, int nctas) {
+  constexpr int kChunks = H / 8;
+  const int* idx = reinterpret_cast<const int*>(mine + a.off_topk_idx);
+  const u8* slots = mine + a.off_combine;
+  u16* out = a.out[rank];
+  for (int u = cta_in_rank * THREADS + static_cast<int>(threadIdx.x); u < rows * kChunks;
+       u += nctas * THREADS) {
+    const int t = u / kChunks, c = u - t * kChunks;
+    float sum[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int id = __ldg(idx + t * K + k);
+      if (id < 0 || id >= EL * R) continue;
+      const u64 row = static_cast<u64>(k) * TMAX + t;
+      if constexpr (FP8C) {
+        u32 q[2];
+        ptx::load_8(slots + row * H + c * 8, q[0], q[1]);
+        const float scale = ptx::load_f32_cg(mine + a.off_combine_sf + row * a.pitch_combine_sf +
+                                             (c * 8 / 128) * 4);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          sum[j] += __fmul_rn(exact::e4m3_value((q[j >> 2] >> (8 * (j & 3))) & 0xFFu), scale);
+        }
+      } else {
+        const ptx::u32x4v v = ptx::load_16(slots + (row * H + c * 8) * 2);
+        const u32 w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          sum[2 * j] += ptx::bf16_to_f32(w[j] & 0xFFFFu);
+          sum[2 * j + 1] += ptx::bf16_to_f32(w[j] >> 16);
+        }
+      }
+    }
+    u32 ow[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      ow[j] = static_cast<u32>(ptx::f32_to_bf16_rn(sum[2 * j])) |
+              (static_cast<u32>(ptx::f32_to_bf16_rn(sum[2 * j + 1])) << 16);
+    }
+    ptx::store_16(out + static_cast<u64>(t) * a.out_pitch[rank] + c * 8,
+                  ptx::u32x4v{ow[0], ow[1], ow[2], ow[3]});
+  }
+}
+
+}  // namespace nvfp4_moe
+
+template <int H, int I, int EL, int K, int R, int BM, int TMAX, int NS, int ACT>
+__global__ void __launch_bounds__(kNvfp4Threads, 1)
+    nvfp4_mega_moe_kernel(const __grid_constant__ Nvfp4MoeArgs a) {
+  static_assert(H % 128 == 0 && I % 128 == 0, "H and I must be multiples of 128");
+  static_assert(NS % 8 == 0 && BM % NS == 0, "token sub-tile must divide BLOCK_M");
+  static_assert(R >= 1 && R <= kNvfp4MaxRanks, "1..8 ranks");
+  constexpr int KMAX = H > I ? H : I;
+  constexpr int NT = NS / 8;
+  constexpr int CT = I / 32;  // FC1 column tiles (32 gate + 32 up rows each)
+  constexpr int HT = H / 64;  // FC2 row tiles
+  using S = nvfp4_moe::Smem<EL, BM, NS, KMAX>;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  S& s = *reinterpret_cast<S*>(smem_raw);
+
+  const int tid = threadIdx.x, warp = tid >> 5;
+  const int cta_in_rank = static_cast<int>(blockIdx.x) % a.ctas_per_rank;
+  const int rank = a.first_rank + static_cast<int>(blockIdx.x) / a.ctas_per_rank;
+  const int nctas = a.ctas_per_rank;
+  u8* const mine = a.base[rank];
+  u8* const sync = mine + a.off_sync;
+  u32* const grid_counter = reinterpret_cast<u32*>(sync + a.sync_grid);
+  u32* const status = reinterpret_cast<u32*>(sync + a.sync_status);
+
+  // Ranks in other processes (NCCL provider): wait until every rank's pre-dispatch of this call
+  // is complete -- which also means every rank finished the previous call, so its inputs and
+  // combine slots may be overwritten. One launch for all ranks (local provider) needs no wait.
+  // Its own counter (the second half of the "rank_barrier" field): with one counter per barrier
+  // a rank can add to a counter's next generation only after all ranks finished its current one.
+  if (a.num_driven < R) {
+    cross_rank_barrier(
+        [&](int p) {
+          return reinterpret_cast<u32*>(a.base[p] + a.off_sync + a.sync_rank_barrier + 32);
+        },
+        R, rank, grid_counter, cta_in_rank, nctas, a.timeout_ns, status, kPhaseEntry);
+  }
+
+  // ---- phase 0: route counts and the padded pool layout (every CTA, redundantly) ----------
+  const int first_expert = rank * EL;
+  const int total_tiles =
+      nvfp4_moe::plan_tiles<EL, K, R, BM, TMAX, kNvfp4Threads, kNvfp4Threads>(a, s, first_expert);
+  const int* const src_tokens = s.src_tokens;
 
   const u64 topk_pitch = static_cast<u64>(K) * 4;
   float acc[NT][4];
@@ -335,40 +491,7 @@ __global__ void __launch_bounds__(kNvfp4Threads, 1)
         tile = tileg - s.tile_prefix[e];
         live = min(BM, s.count[e] - tile * BM);
         __syncthreads();  // the previous tile's routes are no longer read
-        if (warp == 0) {
-          // Routes of expert e in (src_rank, token, k) order; keep ranks [tile*BM, +BM).
-          const int want = first_expert + e;
-          const int r0 = tile * BM, r1 = r0 + BM;
-          int pos = 0;
-          for (int sr = 0; sr < R && pos < r1; ++sr) {
-            const int* idx = reinterpret_cast<const int*>(a.base[sr] + a.off_topk_idx);
-            const int n = src_tokens[sr] * K;
-            // 8 independent loads per lane before the first ballot: the scan is latency bound.
-            for (int base = 0; base < n && pos < r1; base += 256) {
-              int ids[8];
-#pragma unroll
-              for (int u = 0; u < 8; ++u) {
-                const int i = base + u * 32 + lane;
-                ids[u] = i < n ? __ldg(idx + i) : -1;
-              }
-#pragma unroll
-              for (int u = 0; u < 8; ++u) {
-                const int i = base + u * 32 + lane;
-                const bool m = ids[u] == want;
-                const u32 bal = __ballot_sync(0xFFFFFFFFu, m);
-                if (m) {
-                  const int p = pos + __popc(bal & ((1u << lane) - 1u));
-                  if (p >= r0 && p < r1) {
-                    s.route_src[p - r0] = sr;
-                    s.route_tok[p - r0] = i / K;
-                    s.route_k[p - r0] = i - (i / K) * K;
-                  }
-                }
-                pos += __popc(bal);
-              }
-            }
-          }
-        }
+        if (warp == 0) nvfp4_moe::gather_tile_routes<K, R, BM>(a, s, first_expert + e, tile);
         __syncthreads();
         if (tid < live) {
           const int sr = s.route_src[tid], tok = s.route_tok[tid], k = s.route_k[tid];
@@ -419,31 +542,8 @@ __global__ void __launch_bounds__(kNvfp4Threads, 1)
 #pragma unroll
         for (int it = 0; it < NT; ++it) {
           const int i = it * 8 + warp;
-          const int r = sub * NS + i;
-          float v = 0.0f;
-          if (i < sub_live) {
-            const float alpha = s.route_alpha[r];
-            const float gate = __fmul_rn(s.tile[lane * NS + i] * nvfp4::kWeightUnscale, alpha);
-            const float up = __fmul_rn(s.tile[(32 + lane) * NS + i] * nvfp4::kWeightUnscale, alpha);
-            v = s.route_w[r] * nvfp4_moe::activate<ACT>(gate, up, a);
-          }
-          float amax = exact::finite_abs(v);
-#pragma unroll
-          for (int d = 8; d >= 1; d >>= 1)
-            amax = exact::amax2(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, d));
-          const u32 code = exact::nvfp4_block_code(amax, g2);
-          const float denom = __fmul_rn(exact::ue4m3_value(code), g2);
-          const u32 q = exact::e2m1_code(__fdiv_rn(v, denom));
-          const u32 q_next = __shfl_down_sync(0xFFFFFFFFu, q, 1);
-          if (i < sub_live) {
-            const u64 prow = static_cast<u64>(pool_row0 + r);
-            u8* pool = mine + a.off_fc2_pool + prow * a.pitch_fc2_pool;
-            if ((lane & 1) == 0) pool[(ct * 32 + lane) / 2] = static_cast<u8>(q | (q_next << 4));
-            if ((lane & 15) == 0) {
-              (mine + a.off_fc2_sf + prow * a.pitch_fc2_sf)[ct * 2 + lane / 16] =
-                  static_cast<u8>(code);
-            }
-          }
+          nvfp4_moe::fc1_requantize_token<ACT, NS>(a, s, mine, i, sub * NS + i, sub_live, ct,
+                                                   pool_row0, g2);
         }
       }
     }
@@ -503,22 +603,8 @@ __global__ void __launch_bounds__(kNvfp4Threads, 1)
         nvfp4_moe::warp_gemm<I, KMAX, NT>(wq, wsf, s.b, (sub_live + 7) / 8, acc);
         nvfp4_moe::reduce_tile<NT>(s, acc);
         // y -> bf16, staged as [token][64] in s.b (free now), then 16-byte peer stores.
-        u16* ys = s.b;
-        for (int u = tid; u < 64 * sub_live; u += kNvfp4Threads) {
-          const int i = u / 64, row = u - i * 64;
-          const float y = __fmul_rn(s.tile[row * NS + i] * nvfp4::kWeightUnscale, factor);
-          ys[i * 64 + row] = ptx::f32_to_bf16_rn(y);
-        }
-        __syncthreads();
-        for (int u = tid; u < 8 * sub_live; u += kNvfp4Threads) {
-          const int i = u >> 3, chunk = u & 7;
-          const int r = sub * NS + i;
-          u8* slot =
-              a.base[s.route_src[r]] + a.off_combine +
-              ((static_cast<u64>(s.route_k[r]) * TMAX + s.route_tok[r]) * H + ht * 64 + chunk * 8) *
-                  2;
-          ptx::store_16(slot, *reinterpret_cast<const ptx::u32x4v*>(ys + i * 64 + chunk * 8));
-        }
+        nvfp4_moe::fc2_store_bf16_slots<H, TMAX, NS, kNvfp4Threads, CtaSync>(a, s, s.b, sub,
+                                                                             sub_live, ht, factor);
       }
     }
   }
@@ -528,44 +614,8 @@ __global__ void __launch_bounds__(kNvfp4Threads, 1)
       R, rank, grid_counter, cta_in_rank, nctas, a.timeout_ns, status);
 
   // ---- phase 3: combine the rank's own tokens ----------------------------------------------
-  {
-    const int rows = min(src_tokens[rank], a.out_rows[rank]);
-    constexpr int kChunks = H / 8;
-    const int* idx = reinterpret_cast<const int*>(mine + a.off_topk_idx);
-    const u8* slots = mine + a.off_combine;
-    u16* out = a.out[rank];
-    for (int u = cta_in_rank * kNvfp4Threads + tid; u < rows * kChunks;
-         u += nctas * kNvfp4Threads) {
-      const int t = u / kChunks, c = u - t * kChunks;
-      float sum[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-#pragma unroll
-      for (int k = 0; k < K; ++k) {
-        const int id = __ldg(idx + t * K + k);
-        if (id >= 0 && id < EL * R) {
-          const ptx::u32x4v v =
-              ptx::load_16(slots + ((static_cast<u64>(k) * TMAX + t) * H + c * 8) * 2);
-          const u32 w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            sum[2 * j] += ptx::bf16_to_f32(w[j] & 0xFFFFu);
-            sum[2 * j + 1] += ptx::bf16_to_f32(w[j] >> 16);
-          }
-        }
-      }
-      ptx::u32x4v o;
-      u32 ow[4];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        ow[j] = static_cast<u32>(ptx::f32_to_bf16_rn(sum[2 * j])) |
-                (static_cast<u32>(ptx::f32_to_bf16_rn(sum[2 * j + 1])) << 16);
-      }
-      o.x = ow[0];
-      o.y = ow[1];
-      o.z = ow[2];
-      o.w = ow[3];
-      ptx::store_16(out + static_cast<u64>(t) * a.out_pitch[rank] + c * 8, o);
-    }
-  }
+  nvfp4_moe::combine_rank_tokens<H, K, EL, R, TMAX, kNvfp4Threads, 0>(
+      a, mine, rank, min(src_tokens[rank], a.out_rows[rank]), cta_in_rank, nctas);
 }
 
 }  // namespace megamoe::device

@@ -343,48 +343,9 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
   }
 
   // ---- phase 0: route counts and the padded pool layout (every CTA, redundantly) ----------
-  if (tid < R) {
-    const int n = *reinterpret_cast<const volatile int*>(a.base[tid] + a.off_num_tokens);
-    s.src_tokens[tid] = n < 0 ? 0 : (n > TMAX ? TMAX : n);
-  }
-  if (tid < kThreads) {
-    for (int e = tid; e < EL; e += kThreads) s.count[e] = 0;
-  }
-  __syncthreads();
-  for (int sr = 0; sr < R; ++sr) {
-    const int* idx = reinterpret_cast<const int*>(a.base[sr] + a.off_topk_idx);
-    for (int i = tid; tid < kThreads && i < s.src_tokens[sr] * K; i += kThreads) {
-      const int id = __ldg(idx + i) - first_expert;
-      if (id >= 0 && id < EL) atomicAdd(&s.count[id], 1);
-    }
-  }
-  __syncthreads();
-  if (warp == 0) {
-    constexpr int kPer = (EL + 31) / 32;
-    int local = 0;
-    for (int i = 0; i < kPer; ++i) {
-      const int e = lane * kPer + i;
-      if (e < EL) local += (s.count[e] + BM - 1) / BM;
-    }
-    int incl = local;
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-      const int v = __shfl_up_sync(0xFFFFFFFFu, incl, d);
-      if (lane >= d) incl += v;
-    }
-    int run = incl - local;
-    for (int i = 0; i < kPer; ++i) {
-      const int e = lane * kPer + i;
-      if (e < EL) {
-        s.tile_prefix[e] = run;
-        run += (s.count[e] + BM - 1) / BM;
-      }
-    }
-    if (lane == 31) s.tile_prefix[EL] = incl;
-  }
-  __syncthreads();
-  int total_tiles = s.tile_prefix[EL];
-  if (total_tiles * BM > a.pool_rows) total_tiles = a.pool_rows / BM;
+  const int total_tiles =
+      nvfp4_moe::plan_tiles<EL, K, R, BM, TMAX, kThreads, kThreads + (kStaged ? 32 : 0)>(
+          a, s, first_expert);
 
   Schedule<EL, BM, NS, CT, HT> sched;
   sched.tile_prefix = s.tile_prefix;
@@ -475,6 +436,21 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
   Unit cur = sched.first(0);
   Stream cs = stream_of(cur, Stream{nullptr, nullptr, 0, RING, -1, 0});
   if constexpr (!kStaged) prime<RING, KW>(ring, cs, kh, lane);
+  // One unit's MMAs over the token sub-tile (`ns`: the next unit's stream, which the register
+  // ring starts loading at the end of this one), split-K summed into s.tile.
+  auto stream_unit = [&](const Stream& ns, int sub_live) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[nt][c] = 0.0f;
+    if constexpr (kStaged) {
+      consume_staged<KMAX, NT, KW, STAGES>(s.ring, s.full, s.empty, pos, cs.nbw, s.b,
+                                           (sub_live + 7) / 8, acc);
+    } else {
+      consume<KMAX, NT, RING, KW>(ring, cs, ns, s.b, (sub_live + 7) / 8, acc);
+    }
+    reduce_tile<NT, KW, Sync>(s, acc);
+  };
 
   // ---- phase 1: FC1 + activation + re-quantization ----------------------------------------
   int b_tile = -1, b_sub = -1;
@@ -491,39 +467,7 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
       b_tile = cur.tileg;
       b_sub = -1;
       Sync::sync();  // the previous tile's routes are no longer read
-      if (warp == 0) {
-        // Routes of expert e in (src_rank, token, k) order; keep ranks [tile*BM, +BM).
-        const int want = first_expert + e;
-        const int r0 = tile * BM, r1 = r0 + BM;
-        int pos = 0;
-        for (int sr = 0; sr < R && pos < r1; ++sr) {
-          const int* idx = reinterpret_cast<const int*>(a.base[sr] + a.off_topk_idx);
-          const int n = s.src_tokens[sr] * K;
-          for (int base = 0; base < n && pos < r1; base += 256) {
-            int ids[8];
-#pragma unroll
-            for (int u = 0; u < 8; ++u) {
-              const int i = base + u * 32 + lane;
-              ids[u] = i < n ? __ldg(idx + i) : -1;
-            }
-#pragma unroll
-            for (int u = 0; u < 8; ++u) {
-              const int i = base + u * 32 + lane;
-              const bool m = ids[u] == want;
-              const u32 bal = __ballot_sync(0xFFFFFFFFu, m);
-              if (m) {
-                const int p = pos + __popc(bal & ((1u << lane) - 1u));
-                if (p >= r0 && p < r1) {
-                  s.route_src[p - r0] = sr;
-                  s.route_tok[p - r0] = i / K;
-                  s.route_k[p - r0] = i - (i / K) * K;
-                }
-              }
-              pos += __popc(bal);
-            }
-          }
-        }
-      }
+      if (warp == 0) nvfp4_moe::gather_tile_routes<K, R, BM>(a, s, first_expert + e, tile);
       Sync::sync();
       if (tid < live) {
         // Issued here, stored after the token tile: the two loads' latencies overlap.
@@ -564,47 +508,13 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
       rl[1] = s.route_tok[tid];
       rl[2] = s.route_k[tid];
     }
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) acc[nt][c] = 0.0f;
     // Loaded before the stream so that its latency hides behind it (not after the barriers).
     const float g2 = __ldg(a.fc2_scale[rank] + e);
-    if constexpr (kStaged) {
-      consume_staged<KMAX, NT, KW, STAGES>(s.ring, s.full, s.empty, pos, cs.nbw, s.b,
-                                           (sub_live + 7) / 8, acc);
-    } else {
-      consume<KMAX, NT, RING, KW>(ring, cs, ns, s.b, (sub_live + 7) / 8, acc);
-    }
-    reduce_tile<NT, KW, Sync>(s, acc);
+    stream_unit(ns, sub_live);
     // Warp -> token (warps past NS idle), lane -> column (one 16-column block per half-warp).
     for (int i = warp; i < NS; i += kWarps) {
-      const int r = cur.sub * NS + i;
-      float v = 0.0f;
-      if (i < sub_live) {
-        const float alpha = s.route_alpha[r];
-        const float gate = __fmul_rn(s.tile[lane * NS + i] * nvfp4::kWeightUnscale, alpha);
-        const float up = __fmul_rn(s.tile[(32 + lane) * NS + i] * nvfp4::kWeightUnscale, alpha);
-        v = s.route_w[r] * nvfp4_moe::activate<ACT>(gate, up, a);
-      }
-      float amax = exact::finite_abs(v);
-#pragma unroll
-      for (int d = 8; d >= 1; d >>= 1) {
-        amax = exact::amax2(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, d));
-      }
-      const u32 code = exact::nvfp4_block_code(amax, g2);
-      const float denom = __fmul_rn(exact::ue4m3_value(code), g2);
-      const u32 q = exact::e2m1_code(__fdiv_rn(v, denom));
-      const u32 q_next = __shfl_down_sync(0xFFFFFFFFu, q, 1);
-      if (i < sub_live) {
-        const u64 prow = static_cast<u64>(pool_row0 + r);
-        u8* pool = mine + a.off_fc2_pool + prow * a.pitch_fc2_pool;
-        if ((lane & 1) == 0) pool[(cur.col * 32 + lane) / 2] = static_cast<u8>(q | (q_next << 4));
-        if ((lane & 15) == 0) {
-          (mine + a.off_fc2_sf + prow * a.pitch_fc2_sf)[cur.col * 2 + lane / 16] =
-              static_cast<u8>(code);
-        }
-      }
+      nvfp4_moe::fc1_requantize_token<ACT, NS>(a, s, mine, i, cur.sub * NS + i, sub_live, cur.col,
+                                               pool_row0, g2);
     }
     cur = nx;
     cs = ns;
@@ -666,17 +576,7 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
       fresh_routes = false;
     }
     const float factor = __fmul_rn(__ldg(a.fc2_scale[rank] + e), __ldg(a.alpha2[rank] + e));
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) acc[nt][c] = 0.0f;
-    if constexpr (kStaged) {
-      consume_staged<KMAX, NT, KW, STAGES>(s.ring, s.full, s.empty, pos, cs.nbw, s.b,
-                                           (sub_live + 7) / 8, acc);
-    } else {
-      consume<KMAX, NT, RING, KW>(ring, cs, ns, s.b, (sub_live + 7) / 8, acc);
-    }
-    reduce_tile<NT, KW, Sync>(s, acc);
+    stream_unit(ns, sub_live);
     if constexpr (FP8C) {
       if ((cur.col & 1) == 0) {
         // First 64 rows of a 128-row FP8 block: kept until the odd tile, this CTA's next unit
@@ -724,22 +624,8 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
       }
     } else {
       // y -> bf16, staged as [token][64] in s.red (free after reduce_tile), then peer stores.
-      u16* ys = reinterpret_cast<u16*>(s.red);
-      for (int u = tid; u < 64 * sub_live; u += kThreads) {
-        const int i = u / 64, row = u - i * 64;
-        const float y = __fmul_rn(s.tile[row * NS + i] * nvfp4::kWeightUnscale, factor);
-        ys[i * 64 + row] = ptx::f32_to_bf16_rn(y);
-      }
-      Sync::sync();
-      for (int u = tid; u < 8 * sub_live; u += kThreads) {
-        const int i = u >> 3, chunk = u & 7;
-        const int r = cur.sub * NS + i;
-        u8* slot = a.base[s.route_src[r]] + a.off_combine +
-                   ((static_cast<u64>(s.route_k[r]) * TMAX + s.route_tok[r]) * H + cur.col * 64 +
-                    chunk * 8) *
-                       2;
-        ptx::store_16(slot, *reinterpret_cast<const ptx::u32x4v*>(ys + i * 64 + chunk * 8));
-      }
+      nvfp4_moe::fc2_store_bf16_slots<H, TMAX, NS, kThreads, Sync>(
+          a, s, reinterpret_cast<u16*>(s.red), cur.sub, sub_live, cur.col, factor);
       Sync::sync();  // ys (s.red) is read above; the next unit's reduce_tile rewrites it
     }
     cur = nx;
@@ -757,49 +643,8 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
   }
 
   // ---- phase 3: combine the rank's own tokens ----------------------------------------------
-  {
-    const int rows = min(s.src_tokens[rank], a.out_rows[rank]);
-    constexpr int kChunks = H / 8;
-    const int* idx = reinterpret_cast<const int*>(mine + a.off_topk_idx);
-    const u8* slots = mine + a.off_combine;
-    u16* out = a.out[rank];
-    for (int u = cta_in_rank * kThreads + tid; u < rows * kChunks; u += nctas * kThreads) {
-      const int t = u / kChunks, c = u - t * kChunks;
-      float sum[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-#pragma unroll
-      for (int k = 0; k < K; ++k) {
-        const int id = __ldg(idx + t * K + k);
-        if (id < 0 || id >= EL * R) continue;
-        const u64 row = static_cast<u64>(k) * TMAX + t;
-        if constexpr (FP8C) {
-          u32 q[2];
-          ptx::load_8(slots + row * H + c * 8, q[0], q[1]);
-          const float scale = ptx::load_f32_cg(mine + a.off_combine_sf + row * a.pitch_combine_sf +
-                                               (c * 8 / 128) * 4);
-#pragma unroll
-          for (int j = 0; j < 8; ++j) {
-            sum[j] += __fmul_rn(exact::e4m3_value((q[j >> 2] >> (8 * (j & 3))) & 0xFFu), scale);
-          }
-        } else {
-          const ptx::u32x4v v = ptx::load_16(slots + (row * H + c * 8) * 2);
-          const u32 w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            sum[2 * j] += ptx::bf16_to_f32(w[j] & 0xFFFFu);
-            sum[2 * j + 1] += ptx::bf16_to_f32(w[j] >> 16);
-          }
-        }
-      }
-      u32 ow[4];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        ow[j] = static_cast<u32>(ptx::f32_to_bf16_rn(sum[2 * j])) |
-                (static_cast<u32>(ptx::f32_to_bf16_rn(sum[2 * j + 1])) << 16);
-      }
-      ptx::store_16(out + static_cast<u64>(t) * a.out_pitch[rank] + c * 8,
-                    ptx::u32x4v{ow[0], ow[1], ow[2], ow[3]});
-    }
-  }
+  nvfp4_moe::combine_rank_tokens<H, K, EL, R, TMAX, kThreads, FP8C>(
+      a, mine, rank, min(s.src_tokens[rank], a.out_rows[rank]), cta_in_rank, nctas);
 }
 
 }  // namespace megamoe::device
