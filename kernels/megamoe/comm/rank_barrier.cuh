@@ -29,12 +29,30 @@ MEGAMOE_DEVICE void report_timeout_and_trap(u32* status, int rank, u32 phase) {
   __trap();
 }
 
+// Memory scope of a barrier's counter operations: .sys when peers may be other GPUs (NCCL
+// provider), .gpu when every participant and every byte it orders live on one GPU (one rank
+// driven by one launch) -- cheaper.
+enum class Scope { sys, gpu };
+
+template <Scope kScope>
+MEGAMOE_DEVICE void fence_acq_rel() {
+  if constexpr (kScope == Scope::gpu) {
+    ptx::fence_acq_rel_gpu();
+  } else {
+    ptx::fence_acq_rel_sys();
+  }
+}
+
 // Waits (one thread) until the top bit of *counter differs from that of `old`.
+template <Scope kScope = Scope::sys>
 MEGAMOE_DEVICE void spin_for_flip(const u32* counter, u32 old, u64 timeout_ns, u32* status,
                                   int rank, u32 phase) {
   const u64 start = ptx::globaltimer_ns();
   u32 spins = 0;
-  while (((ptx::load_acquire_sys(counter) ^ old) & 0x80000000u) == 0u) {
+  auto load = [&] {
+    return kScope == Scope::gpu ? ptx::load_acquire_gpu(counter) : ptx::load_acquire_sys(counter);
+  };
+  while (((load() ^ old) & 0x80000000u) == 0u) {
     if ((++spins & 1023u) == 0u && ptx::globaltimer_ns() - start > timeout_ns) {
       report_timeout_and_trap(status, rank, phase);
     }
@@ -62,40 +80,20 @@ MEGAMOE_DEVICE u32 arrival_value(bool first, u32 participants) {
 }
 
 // Barrier over the `n` CTAs of one rank. Every thread's earlier global writes (peer writes
-// included) are visible to every thread of those CTAs afterwards.
-template <class Sync = CtaSync>
+// included) are visible to every thread of those CTAs afterwards. Scope::gpu for a launch whose
+// one rank lives on this GPU (R = 1).
+template <class Sync = CtaSync, Scope kScope = Scope::sys>
 MEGAMOE_DEVICE void rank_grid_barrier(u32* counter, int cta_in_rank, int n, u64 timeout_ns,
                                       u32* status, int rank, u32 phase) {
   // bar.sync orders the CTA's writes before thread 0's cumulative release fence.
   Sync::sync();
   if (threadIdx.x == 0) {
-    ptx::fence_acq_rel_sys();
-    const u32 old =
-        ptx::atomic_add_release_sys(counter, arrival_value(cta_in_rank == 0, static_cast<u32>(n)));
-    spin_for_flip(counter, old, timeout_ns, status, rank, phase);
-    ptx::fence_acq_rel_sys();
-  }
-  Sync::sync();
-}
-
-// rank_grid_barrier at .gpu scope, for a launch whose one rank lives on this GPU (R = 1): the
-// counter, every write it orders and every CTA are on one device.
-template <class Sync = CtaSync>
-MEGAMOE_DEVICE void rank_grid_barrier_gpu(u32* counter, int cta_in_rank, int n, u64 timeout_ns,
-                                          u32* status, int rank, u32 phase) {
-  Sync::sync();
-  if (threadIdx.x == 0) {
-    ptx::fence_acq_rel_gpu();
-    const u32 old =
-        ptx::atomic_add_release_gpu(counter, arrival_value(cta_in_rank == 0, static_cast<u32>(n)));
-    const u64 start = ptx::globaltimer_ns();
-    u32 spins = 0;
-    while (((ptx::load_acquire_gpu(counter) ^ old) & 0x80000000u) == 0u) {
-      if ((++spins & 1023u) == 0u && ptx::globaltimer_ns() - start > timeout_ns) {
-        report_timeout_and_trap(status, rank, phase);
-      }
-    }
-    ptx::fence_acq_rel_gpu();
+    fence_acq_rel<kScope>();
+    const u32 arrival = arrival_value(cta_in_rank == 0, static_cast<u32>(n));
+    const u32 old = kScope == Scope::gpu ? ptx::atomic_add_release_gpu(counter, arrival)
+                                         : ptx::atomic_add_release_sys(counter, arrival);
+    spin_for_flip<kScope>(counter, old, timeout_ns, status, rank, phase);
+    fence_acq_rel<kScope>();
   }
   Sync::sync();
 }
