@@ -32,6 +32,18 @@ const S* decode_chunk(const QuantizedMatrix& m, std::int64_t expert, std::int64_
   }
 }
 
+// fn(row, decoded row) for every row of expert e, decoded kDecodeRows at a time.
+template <class S, class Fn>
+void for_each_decoded_row(const QuantizedMatrix& m, std::int64_t expert, Fn&& fn) {
+  std::vector<float> fbuf;
+  std::vector<S> sbuf;
+  for (std::int64_t r0 = 0; r0 < m.rows; r0 += kDecodeRows) {
+    const std::int64_t nr = std::min(kDecodeRows, m.rows - r0);
+    const S* w = decode_chunk(m, expert, r0, nr, fbuf, sbuf);
+    for (std::int64_t row = 0; row < nr; ++row) fn(r0 + row, w + row * m.cols);
+  }
+}
+
 template <class S>
 std::vector<S> transpose(const std::vector<float>& src, std::int64_t batches, std::int64_t rows,
                          std::int64_t cols, bool round) {
@@ -175,17 +187,11 @@ ExpertFront<S> Engine<S>::expert_front_impl(std::int64_t e, bool quantize_fc2_in
     alpha[p] = x_scale[n] * g13;
   }
 
-  std::vector<float> fbuf;
-  std::vector<S> sbuf;
-  for (std::int64_t r0 = 0; r0 < I2; r0 += kDecodeRows) {
-    const std::int64_t nr = std::min(kDecodeRows, I2 - r0);
-    const S* w = decode_chunk(weights.w13, e, r0, nr, fbuf, sbuf);
-    for (std::int64_t row = 0; row < nr; ++row) {
-      for (std::int64_t p = 0; p < P; ++p) {
-        f.fc1[p * I2 + r0 + row] = dot(xp.data() + p * H, w + row * H, H) * alpha[p];
-      }
+  for_each_decoded_row<S>(weights.w13, e, [&](std::int64_t row, const S* w) {
+    for (std::int64_t p = 0; p < P; ++p) {
+      f.fc1[p * I2 + row] = dot(xp.data() + p * H, w, H) * alpha[p];
     }
-  }
+  });
 
   if (has_lora) {
     const std::int64_t r = lora.rank;
@@ -235,17 +241,11 @@ void Engine<S>::run_expert(std::int64_t e, std::vector<S>& slots,
   const ExpertFront<S> f = expert_front(e);
 
   std::vector<S> y(static_cast<std::size_t>(P * H));
-  std::vector<float> fbuf;
-  std::vector<S> sbuf;
-  for (std::int64_t r0 = 0; r0 < H; r0 += kDecodeRows) {
-    const std::int64_t nr = std::min(kDecodeRows, H - r0);
-    const S* w = decode_chunk(weights.w2, e, r0, nr, fbuf, sbuf);
-    for (std::int64_t row = 0; row < nr; ++row) {
-      for (std::int64_t p = 0; p < P; ++p) {
-        y[p * H + r0 + row] = dot(f.fc2_in.data() + p * I, w + row * I, I) * f.fc2_factor[p];
-      }
+  for_each_decoded_row<S>(weights.w2, e, [&](std::int64_t row, const S* w) {
+    for (std::int64_t p = 0; p < P; ++p) {
+      y[p * H + row] = dot(f.fc2_in.data() + p * I, w, I) * f.fc2_factor[p];
     }
-  }
+  });
 
   // Send each weighted row back to its source rank's combine slot [k][token].
   std::vector<float> row(static_cast<std::size_t>(H)), q(row.size());

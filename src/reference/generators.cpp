@@ -43,6 +43,10 @@ std::size_t scale_count(const QuantizedMatrix& m) {
   return 0;
 }
 
+// An empty matrix of this format and shape with every buffer sized (allocate).
+QuantizedMatrix allocated_matrix(Format format, Fp8ScaleKind fp8_scale, std::int64_t experts,
+                                 std::int64_t rows, std::int64_t cols);
+
 // Sizes every buffer of m for its format and shape.
 void allocate(QuantizedMatrix& m) {
   const auto n = static_cast<std::size_t>(m.experts * m.rows * m.cols);
@@ -67,6 +71,18 @@ void allocate(QuantizedMatrix& m) {
       m.bf16.assign(n, 0);
       return;
   }
+}
+
+QuantizedMatrix allocated_matrix(Format format, Fp8ScaleKind fp8_scale, std::int64_t experts,
+                                 std::int64_t rows, std::int64_t cols) {
+  QuantizedMatrix m;
+  m.format = format;
+  m.fp8_scale = fp8_scale;
+  m.experts = experts;
+  m.rows = rows;
+  m.cols = cols;
+  allocate(m);
+  return m;
 }
 
 // Quantizes expert e's fp32 matrix into its slice of m by the recipe of m.format.
@@ -174,13 +190,7 @@ void random_codes_expert(QuantizedMatrix& m, std::int64_t e, float stddev, Rng& 
 QuantizedMatrix random_matrix(Format format, Fp8ScaleKind fp8_scale, std::int64_t experts,
                               std::int64_t rows, std::int64_t cols, std::uint64_t seed,
                               WeightInit init) {
-  QuantizedMatrix m;
-  m.format = format;
-  m.fp8_scale = fp8_scale;
-  m.experts = experts;
-  m.rows = rows;
-  m.cols = cols;
-  allocate(m);
+  QuantizedMatrix m = allocated_matrix(format, fp8_scale, experts, rows, cols);
   const float stddev = 1.0f / std::sqrt(static_cast<float>(cols));
   detail::parallel_for(experts, [&](std::int64_t e) {
     Rng rng(mix_seed(seed, static_cast<std::uint64_t>(e)));
@@ -294,13 +304,7 @@ QuantizedMatrix quantize_matrix(Format format, Fp8ScaleKind fp8_scale, std::int6
   if (static_cast<std::int64_t>(w.size()) != experts * rows * cols) {
     throw_invalid("w", "must hold experts * rows * cols elements", std::to_string(w.size()));
   }
-  QuantizedMatrix m;
-  m.format = format;
-  m.fp8_scale = fp8_scale;
-  m.experts = experts;
-  m.rows = rows;
-  m.cols = cols;
-  allocate(m);
+  QuantizedMatrix m = allocated_matrix(format, fp8_scale, experts, rows, cols);
   const auto n = static_cast<std::size_t>(rows * cols);
   detail::parallel_for(experts, [&](std::int64_t e) {
     quantize_expert(m, e, w.subspan(static_cast<std::size_t>(e) * n, n));
