@@ -27,24 +27,25 @@ struct HalfFragment {
   u32 a0, a1, a2, a3;
 };
 
-// The lane's A fragment of one k16 step: `word` = 8 nibbles, `sg` / `sg8` = the f16x2
-// broadcast scales of rows g and g + 8.
-MEGAMOE_DEVICE HalfFragment decode_weight_word(u32 word, u32 sg, u32 sg8) {
+// The lane's A fragment of one k16 step: `word` = 8 nibbles, `sp` = the f16x2 scales {row g,
+// row g + 8} (each multiply broadcasts its half: no per-row scale register).
+MEGAMOE_DEVICE HalfFragment decode_weight_word(u32 word, u32 sp) {
   constexpr u32 kFull = 0x8E008E00u;  // magnitude 9..11 + sign 15, both halves
   constexpr u32 kMag = 0x0E000E00u;
   constexpr u32 kSign = 0x80008000u;
   HalfFragment f;
-  f.a0 = ptx::hmul2(word & kFull, sg);
-  f.a1 = ptx::hmul2((word << 3) & kFull, sg8);
-  f.a2 = ptx::hmul2(((word << 9) & kMag) | ((word << 2) & kSign), sg);
-  f.a3 = ptx::hmul2(((word << 6) & kMag) | ((word << 1) & kSign), sg8);
+  f.a0 = ptx::hmul2_by_lo(word & kFull, sp);
+  f.a1 = ptx::hmul2_by_hi((word << 3) & kFull, sp);
+  f.a2 = ptx::hmul2_by_lo(((word << 9) & kMag) | ((word << 2) & kSign), sp);
+  f.a3 = ptx::hmul2_by_hi(((word << 6) & kMag) | ((word << 1) & kSign), sp);
   return f;
 }
 
-// f16x2 {s, s} from byte `which` (0..3) of a word of re-encoded scale bytes.
-MEGAMOE_DEVICE u32 broadcast_scale(u32 scale_word, u32 which) {
-  // Bytes [b, 0, b, 0], then << 7 puts b at bits 7..14 of each half.
-  return ptx::prmt(scale_word, 0u, 0x4040u | which | (which << 8)) << 7;
+// f16x2 {s_g, s_g8} of one k16 step from a word of re-encoded scale bytes [g, g8, g, g8] of two
+// steps (`odd` picks the second).
+MEGAMOE_DEVICE u32 scale_pair(u32 scale_word, bool odd) {
+  // Bytes [b_g, 0, b_g8, 0], then << 7 puts each b at bits 7..14 of its half.
+  return ptx::prmt(scale_word, 0u, odd ? 0x4342u : 0x4140u) << 7;
 }
 
 // Exact value of an e2m1 nibble (f32).

@@ -50,6 +50,7 @@ struct Nvfp4MoeArgs {
   int ctas_per_rank;
   float clamp;  // swiglu / geglu: 0 = off
   float oai_alpha, oai_limit;
+  int fc2_full_k;  // pipelined, stages: FC2 without the K split: 1 always, 0 never, -1 when it pays
 };
 
 namespace nvfp4_moe {
@@ -170,9 +171,8 @@ MEGAMOE_DEVICE void warp_gemm(const u8* wq, const u8* wsf, const u16* b, int liv
 #pragma unroll
         for (int q = 0; q < 8; ++q) {
           const u32 sw = scw[q >> 1];
-          const u32 sg = nvfp4::broadcast_scale(sw, (q & 1) * 2);
-          const u32 sg8 = nvfp4::broadcast_scale(sw, (q & 1) * 2 + 1);
-          const nvfp4::HalfFragment f = nvfp4::decode_weight_word(words[q], sg, sg8);
+          const nvfp4::HalfFragment f =
+              nvfp4::decode_weight_word(words[q], nvfp4::scale_pair(sw, (q & 1) != 0));
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt) {
             if (nt < live_tiles) {

@@ -59,6 +59,26 @@ MEGAMOE_DEVICE u32 hmul2(u32 a, u32 b) {
   return d;
 }
 
+// a * {lo(b), lo(b)} and a * {hi(b), hi(b)}: one half of b broadcast to both lanes. ptxas folds
+// the broadcast into the multiply's operand selector (.H0_H0 / .H1_H1), so a pair of scales
+// costs one register and no extra instruction per use.
+MEGAMOE_DEVICE u32 hmul2_by_lo(u32 a, u32 b) {
+  u32 d;
+  asm("{\n .reg .b16 l, h;\n .reg .b32 s;\n mov.b32 {l, h}, %2;\n mov.b32 s, {l, l};\n"
+      " mul.rn.f16x2 %0, %1, s;\n}"
+      : "=r"(d)
+      : "r"(a), "r"(b));
+  return d;
+}
+MEGAMOE_DEVICE u32 hmul2_by_hi(u32 a, u32 b) {
+  u32 d;
+  asm("{\n .reg .b16 l, h;\n .reg .b32 s;\n mov.b32 {l, h}, %2;\n mov.b32 s, {h, h};\n"
+      " mul.rn.f16x2 %0, %1, s;\n}"
+      : "=r"(d)
+      : "r"(a), "r"(b));
+  return d;
+}
+
 // D += A * B, m16n8k16, A row-major f16 (4 regs), B column-major f16 (2 regs), f32 accumulate.
 MEGAMOE_DEVICE void mma_m16n8k16_f16(float (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0,
                                      u32 b1) {
