@@ -11,7 +11,6 @@
 #           bench@KS/RG  EP1 bench, pipelined, K split KS and ring depth RG (e.g. bench@2/8)
 #           stages@N  EP1 bench, pipelined, N shared-memory weight stages (0: register ring)
 #           fp8       EP1 bench with FP8 combine slots (config.fp8_combine)
-#           fc2@MODE  EP1 bench, pipelined, MEGAMOE_NVFP4_FC2=MODE (auto, split or full)
 #           simple    EP1 bench, simple
 #           ncu       stall reasons of one launch (the bench's first: dsv4-flash T = 1)
 #           san       racecheck + memcheck on the small case (pipelined)
@@ -72,10 +71,6 @@ for stage in "$@"; do
       MEGAMOE_NVFP4_STAGES=${stage#stages@} step "bench_s${stage#stages@}" 40 \
         "$bin/bench_nvfp4_mega_moe" "$out/bench_s${stage#stages@}" &&
         benches+=("bench_s${stage#stages@}") ;;
-    fc2@*)
-      MEGAMOE_NVFP4_FC2=${stage#fc2@} step "bench_fc2${stage#fc2@}" 40 \
-        "$bin/bench_nvfp4_mega_moe" "$out/bench_fc2${stage#fc2@}" &&
-        benches+=("bench_fc2${stage#fc2@}") ;;
     fp8) MEGAMOE_BENCH_FP8_COMBINE=1 step bench_fp8 40 "$bin/bench_nvfp4_mega_moe" \
       "$out/bench_fp8" && benches+=(bench_fp8) ;;
     bench4) MEGAMOE_NVFP4_RING=4 step bench_ring4 40 "$bin/bench_nvfp4_mega_moe" "$out/bench_ring4" &&

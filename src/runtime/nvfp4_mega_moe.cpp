@@ -49,7 +49,6 @@ struct KernelArgs {
   int ctas_per_rank;
   float clamp;
   float oai_alpha, oai_limit;
-  int fc2_full_k;  // pipelined, stages: FC2 without the K split: 1 always, 0 never, -1 when it pays
 };
 
 std::uint64_t timeout_ns() {
@@ -186,7 +185,6 @@ void nvfp4_mega_moe(const SymmBuffer& buffer, std::span<const Nvfp4KernelWeights
   const runtime::Nvfp4LaunchShape shape = runtime::nvfp4_launch_shape(c, block_m);
   cfg.block = {static_cast<unsigned>(shape.threads), 1, 1};
   cfg.dynamic_smem = shape.smem;
-  a.fc2_full_k = shape.fc2_full_k;
   cfg.stream = static_cast<CUstream>(stream);
   runtime::launch_kernel(function, cfg, a);
 }

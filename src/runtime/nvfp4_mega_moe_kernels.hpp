@@ -24,7 +24,6 @@ struct Nvfp4LaunchShape {
   int stages = 0;          // shared-memory weight stages (`pipelined`; 0 = register ring)
   int token_subtile = 16;  // tokens per shared-memory sub-tile (16, or 8 when 16 do not fit)
   std::size_t smem = 0;    // dynamic shared memory (bytes), mirroring the kernel's Smem struct
-  int fc2_full_k = 0;      // FC2 without the K split: 1 always, 0 never, -1 when it pays (device)
 };
 
 // Defaults, overridable for tuning (anything outside the listed values is InvalidArgument):
@@ -33,11 +32,6 @@ struct Nvfp4LaunchShape {
 //   MEGAMOE_NVFP4_STAGES=0|2..8  shared-memory stages filled by a producer warp (0: register
 //                              ring). Default: the deepest of 4..8 that fits next to an 8-token
 //                              tile when H / 128 and I / 128 divide by the K split, else 0.
-//   MEGAMOE_NVFP4_FC2=auto|split|full  FC2 units with the K split (64 rows) or without it
-//                              (64 x ksplit rows, one warp per 16 rows over all of I; needs
-//                              stages, no fp8_combine and H divisible by 64 x ksplit). Default
-//                              auto: full K when the busiest CTA's work is no larger
-//                              (nvfp4_schedule.cuh, fc2_full_k_pays).
 // The default ring is the deepest that divides both phases' blocks per warp (no slot idles at a
 // unit boundary). Unsupported when not even an 8-token sub-tile fits in shared memory.
 Nvfp4LaunchShape nvfp4_launch_shape(const MoEConfig& config, int block_m,

@@ -117,26 +117,6 @@ Nvfp4LaunchShape nvfp4_launch_shape(const MoEConfig& c, int block_m, Nvfp4Kernel
                     std::to_string(l.stages));
     }
   }
-  if (pipelined) {
-    const char* v = std::getenv("MEGAMOE_NVFP4_FC2");
-    const std::string mode = v == nullptr ? "" : v;
-    const bool possible = l.stages > 0 && !c.fp8_combine && c.shape.hidden % (64 * l.ksplit) == 0;
-    if (mode.empty() || mode == "auto") {
-      l.fc2_full_k = possible ? -1 : 0;
-    } else if (mode == "split") {
-      l.fc2_full_k = 0;
-    } else if (mode == "full") {
-      if (!possible) {
-        throw_invalid("MEGAMOE_NVFP4_FC2",
-                      "'full' needs shared-memory stages, no fp8_combine and H divisible by 64 x "
-                      "the K split",
-                      mode);
-      }
-      l.fc2_full_k = 1;
-    } else {
-      throw_invalid("MEGAMOE_NVFP4_FC2", "must be 'auto', 'split' or 'full'", mode);
-    }
-  }
   l.threads = 128 * l.ksplit + (l.stages > 0 ? 32 : 0);
   l.smem = smem_for(c, block_m, l.token_subtile, l.ksplit, pipelined ? l.stages : -1);
   if (pipelined) {

@@ -34,7 +34,7 @@ void walk(const std::vector<int>& count, int nctas, std::uint64_t seed) {
     }
   }
   for (int cta = 0; cta < nctas; ++cta) {
-    Schedule<EL, BM, NS> s{prefix.data(), count.data(), {0, 0}, {0, 0}, {CT1, CT2}};
+    Schedule<EL, BM, NS, CT1, CT2> s{prefix.data(), count.data(), {0, 0}, {0, 0}};
     const long long items[2] = {1LL * tiles * CT1, 1LL * tiles * CT2};
     for (int ph = 0; ph < 2; ++ph) {
       s.lo[ph] = static_cast<int>(items[ph] * cta / nctas);
@@ -88,30 +88,6 @@ TEST(Nvfp4Schedule, LargeTilesManySubTiles) {
 
 TEST(Nvfp4Schedule, PresetWidths) {
   random_cases<256, 16, 16, 64, 64>(std::random_device{}(), 40);
-}
-
-// Full-K FC2 units (dsv4-flash: 64 FC1 columns, H / 256 = 16 FC2 units of 256 rows).
-TEST(Nvfp4Schedule, FullKFc2Widths) {
-  random_cases<256, 8, 8, 64, 16>(std::random_device{}(), 40);
-}
-
-// The full-K choice compares the busiest CTA's work: 4x larger units lose when there are fewer
-// than about one per CTA, and win once every CTA has several.
-TEST(Nvfp4Schedule, FullKPaysOnlyWithEnoughUnits) {
-  constexpr int kCtas = 132;
-  // dsv4-flash (H = 4096) at T = 1: 6 tiles -> 96 full units (one CTA in four idles) against
-  // 384 split units (3 per CTA): split.
-  EXPECT_FALSE(fc2_full_k_pays(6, kCtas, 4096 / 256, 4096 / 64, 4));
-  // h6144 at T = 1: 8 tiles -> 192 full units (2 on some CTAs = 8 split units of work) vs 6.
-  EXPECT_FALSE(fc2_full_k_pays(8, kCtas, 6144 / 256, 6144 / 64, 4));
-  // dsv4-flash at T = 16 (~90 tiles): 11 full units a CTA (44) vs 44 split units (x 5 / 4).
-  EXPECT_TRUE(fc2_full_k_pays(90, kCtas, 4096 / 256, 4096 / 64, 4));
-  // One tile over 16 CTAs: one full unit each (4 x 4 quarters = 16) vs 4 split units (4 x 5).
-  EXPECT_TRUE(fc2_full_k_pays(1, 16, 16, 64, 4));
-  // Over 17 CTAs the split units spread (4 on some CTAs: 20) but the full ones cannot be cut.
-  EXPECT_TRUE(fc2_full_k_pays(1, 17, 16, 64, 4));
-  // Over 32 CTAs: 1 full unit (16) vs 2 split units (10).
-  EXPECT_FALSE(fc2_full_k_pays(1, 32, 16, 64, 4));
 }
 
 // The paired token-tile layout: the decode side (paired_word_index) writes every element of a

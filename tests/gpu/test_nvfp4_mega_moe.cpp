@@ -19,7 +19,6 @@
 #include <string>
 #include <vector>
 
-#include "jit_test_support.hpp"
 #include "megamoe/buffer.hpp"
 #include "megamoe/formats.hpp"
 #include "megamoe/heuristics.hpp"
@@ -29,7 +28,6 @@
 #include "nvfp4_host_dispatch.hpp"
 #include "runtime/cuda_driver.hpp"
 #include "runtime/device_memory.hpp"
-#include "runtime/nvfp4_mega_moe_kernels.hpp"
 
 namespace megamoe {
 namespace {
@@ -406,31 +404,6 @@ TEST_F(Nvfp4MegaMoe, Fp8CombineAcrossRanksAndTiles) {
   run_case(wide);
 }
 
-// FC2 with and without the K split (MEGAMOE_NVFP4_FC2 forces what the kernel otherwise decides
-// from the tile count): virtual ranks, token counts around BLOCK_M, every case the 8-token tiles
-// with shared-memory stages run.
-TEST_F(Nvfp4MegaMoe, Fc2FullKAndSplitK) {
-  int full_cases = 0;
-  for (const char* mode : {"full", "split"}) {
-    for (int ranks : {1, 2, 4}) {
-      Case c;
-      c.ranks = ranks;
-      c.top_k = ranks == 2 ? 6 : 8;
-      const int bm = get_block_m_for_mega_moe(config_of(c), 1);
-      for (std::int64_t t : {std::int64_t{1}, std::int64_t{bm + 1}, std::int64_t{40}}) {
-        c.tokens = t;
-        c.routing = t == 1 ? Routing::uniform : Routing::masked;
-        const MoEConfig m = config_of(c);
-        if (runtime::nvfp4_launch_shape(m, get_block_m_for_mega_moe(m, t)).stages == 0) continue;
-        test::ScopedEnv env("MEGAMOE_NVFP4_FC2", mode);
-        run_case(c);
-        full_cases += mode[0] == 'f';
-      }
-    }
-  }
-  EXPECT_GT(full_cases, 0) << "no case ran full-K FC2 units";
-}
-
 TEST_F(Nvfp4MegaMoe, AllTokensOnOneExpert) {
   for (int ranks : {1, 4}) {
     Case c;
@@ -474,9 +447,8 @@ TEST_F(Nvfp4MegaMoe, EndToEndWithLibraryPreDispatch) {
   run_case(c, /*library_dispatch=*/true);
 }
 
-// Small enough for compute-sanitizer (memcheck / racecheck / synccheck).
 // Small enough for compute-sanitizer; H / 128 and I / 128 divisible by the K split so that the
-// 8-token tiles run the shared-memory stages, once with FC2 split over K and once without.
+// 8-token tiles run the shared-memory stages and the producer warp.
 TEST_F(Nvfp4MegaMoe, SanitizerSizedCase) {
   Case c;
   c.hidden = 512;
@@ -487,10 +459,7 @@ TEST_F(Nvfp4MegaMoe, SanitizerSizedCase) {
   c.tokens = 5;
   c.t_max = 16;
   c.routing = Routing::masked;
-  for (const char* mode : {"split", "full"}) {
-    test::ScopedEnv env("MEGAMOE_NVFP4_FC2", mode);
-    run_case(c);
-  }
+  run_case(c);
 }
 
 TEST_F(Nvfp4MegaMoe, GraphReplayMatchesEagerBitwise) {

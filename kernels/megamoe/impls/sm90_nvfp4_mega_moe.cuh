@@ -50,7 +50,6 @@ struct Nvfp4MoeArgs {
   int ctas_per_rank;
   float clamp;  // swiglu / geglu: 0 = off
   float oai_alpha, oai_limit;
-  int fc2_full_k;  // pipelined, stages: FC2 without the K split: 1 always, 0 never, -1 when it pays
 };
 
 namespace nvfp4_moe {

@@ -11,7 +11,6 @@
 //               on each stage's mbarrier and release it; no weight bytes in registers.
 #include "megamoe/impls/sm90_nvfp4_mega_moe.cuh"
 #include "megamoe/ptx/bulk_copy.cuh"
-#include "megamoe/ptx/vector_memory.cuh"
 #include "megamoe/scheduler/nvfp4_schedule.cuh"
 
 namespace megamoe::device {
@@ -55,16 +54,16 @@ MEGAMOE_DEVICE void prime(Ring<RING>& ring, const Stream& s, int kh, int lane) {
   }
 }
 
-// Decodes rows [0, ceil8(live)) of the token tile into s.b in the paired layout
+// Decodes rows [0, NS) of the token tile into s.b in the paired layout
 // (paired_word_index, scheduler/nvfp4_schedule.cuh; conflict-free for consume: a quarter warp
-// reads rows g, g + 1, 16 B apart mod 128, at t * 32 + h * 16 bytes); rows
-// past `live` are zero. All of a thread's loads are issued before its first decode.
-template <int KD, int KMAX, int THREADS, bool kCoherent, class RowPtr, class SfPtr>
+// reads rows g, g + 1, 16 B apart mod 128, at t * 32 + h * 16 bytes); rows past `live` are zero,
+// so the MMAs of every 8-row tile may run whether or not it holds a live token (no warp-divergent
+// test per MMA). All of a thread's loads are issued before its first decode.
+template <int KD, int KMAX, int NS, int THREADS, bool kCoherent, class RowPtr, class SfPtr>
 MEGAMOE_DEVICE void load_token_tile_paired(u16* b, int live, RowPtr row_ptr, SfPtr sf_ptr) {
   constexpr int kBlocks = KD / 16;
   constexpr int kBatch = 4;
-  const int rows = (live + 7) & ~7;
-  const int units = rows * kBlocks;
+  constexpr int units = NS * kBlocks;
   for (int u0 = threadIdx.x; u0 < units; u0 += kBatch * THREADS) {
     u32 lo[kBatch], hi[kBatch], sc[kBatch];
 #pragma unroll
@@ -106,10 +105,11 @@ MEGAMOE_DEVICE void load_token_tile_paired(u16* b, int live, RowPtr row_ptr, SfP
 }
 
 // acc[nt] += one block of the warp's weights (16 rows x 128 k: `words` = its 8 nibble words,
-// `scw` = its 16 scale bytes, as this lane holds them) x the token tile's rows of block `blk`.
+// `scw` = its 16 scale bytes, as this lane holds them) x the token tile's rows of block `blk`
+// (all NT 8-row tiles: rows past the live tokens are zero).
 template <int KMAX, int NT>
 MEGAMOE_DEVICE void block_mma(const u32 (&words)[8], const u32 (&scw)[4], int blk, const u16* b,
-                              int live_tiles, float (&acc)[NT][4]) {
+                              float (&acc)[NT][4]) {
   const int lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
   const u16* brow = b + g * (KMAX + 8);
@@ -119,10 +119,8 @@ MEGAMOE_DEVICE void block_mma(const u32 (&words)[8], const u32 (&scw)[4], int bl
     ptx::u32x4v bv[NT];
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
-      if (NT == 1 || nt < live_tiles) {
-        bv[nt] = *reinterpret_cast<const ptx::u32x4v*>(brow + nt * 8 * (KMAX + 8) +
-                                                       paired_load_index(blk, q2, t));
-      }
+      bv[nt] = *reinterpret_cast<const ptx::u32x4v*>(brow + nt * 8 * (KMAX + 8) +
+                                                     paired_load_index(blk, q2, t));
     }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -132,12 +130,9 @@ MEGAMOE_DEVICE void block_mma(const u32 (&words)[8], const u32 (&scw)[4], int bl
           nvfp4::decode_weight_word(words[q], nvfp4::scale_pair(sw, (q & 1) != 0));
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
-        // One live tile at least whenever a unit runs, so NT = 1 needs no test.
-        if (NT == 1 || nt < live_tiles) {
-          const u32 b0 = h == 0 ? bv[nt].x : bv[nt].z;
-          const u32 b1 = h == 0 ? bv[nt].y : bv[nt].w;
-          ptx::mma_m16n8k16_f16(acc[nt], f.a0, f.a1, f.a2, f.a3, b0, b1);
-        }
+        const u32 b0 = h == 0 ? bv[nt].x : bv[nt].z;
+        const u32 b1 = h == 0 ? bv[nt].y : bv[nt].w;
+        ptx::mma_m16n8k16_f16(acc[nt], f.a0, f.a1, f.a2, f.a3, b0, b1);
       }
     }
   }
@@ -147,7 +142,7 @@ MEGAMOE_DEVICE void block_mma(const u32 (&words)[8], const u32 (&scw)[4], int bl
 // ring slot with the next block of `cur`, or past its end with the first blocks of `nxt`.
 template <int KMAX, int NT, int RING, int KW>
 MEGAMOE_DEVICE void consume(Ring<RING>& ring, const Stream& cur, const Stream& nxt, const u16* b,
-                            int live_tiles, float (&acc)[NT][4]) {
+                            float (&acc)[NT][4]) {
   const int lane = threadIdx.x & 31;
   const int kh = (threadIdx.x >> 5) >> 2;
   for (int j0 = 0; j0 < cur.w; j0 += RING) {
@@ -157,7 +152,7 @@ MEGAMOE_DEVICE void consume(Ring<RING>& ring, const Stream& cur, const Stream& n
       const u32 words[8] = {ring.q0[p].x, ring.q0[p].y, ring.q0[p].z, ring.q0[p].w,
                             ring.q1[p].x, ring.q1[p].y, ring.q1[p].z, ring.q1[p].w};
       const u32 scw[4] = {ring.sc[p].x, ring.sc[p].y, ring.sc[p].z, ring.sc[p].w};
-      if (j < cur.nbw) block_mma<KMAX, NT>(words, scw, kh + KW * j, b, live_tiles, acc);
+      if (j < cur.nbw) block_mma<KMAX, NT>(words, scw, kh + KW * j, b, acc);
       // Refill the slot once its words are decoded (a refill before the decode would make the
       // compiler copy the 12 live words aside: 24 moves per block).
       const int jn = j + RING;
@@ -170,10 +165,8 @@ MEGAMOE_DEVICE void consume(Ring<RING>& ring, const Stream& cur, const Stream& n
   }
 }
 
-// Shared-memory stages (STAGES > 0). A stage holds one block per consumer warp: with the K split
-// kw (KW, or 1 for full-K FC2 units) it covers 4 KW / kw row groups, and per row group rg the
-// nibbles of its kw blocks of this step (kw x 1024 B, contiguous in the weights too), then their
-// scales (kw x 128 B). Warp w reads row group w % (4 KW / kw), block w / (4 KW / kw) of them.
+// Shared-memory stages (STAGES > 0). Stage layout, per row group rg: the nibbles of its KW blocks
+// of this step (KW x 1024 B, contiguous in the weights too), then their scales (KW x 128 B).
 template <int KW>
 inline constexpr int kStageBytes = 4 * KW * 1152;
 
@@ -184,17 +177,16 @@ struct StagePosition {
   u32 parity;
 };
 
-// Staged: acc[nt] += the unit's weights x the token tile, one stage per block of this warp
-// (row group rg, K slice kh of kw; layout above).
+// Staged: acc[nt] += the unit's weights x the token tile, one stage per block of this warp.
 // Barrier full[stage]: the producer's expect_tx arrival + the stage's bytes complete a phase;
 // empty[stage]: lane 0 of every consumer warp arrives once it has read the stage.
 template <int KMAX, int NT, int KW, int STAGES>
 MEGAMOE_DEVICE void consume_staged(const u8* ring, u64* full, u64* empty, StagePosition& pos,
-                                   int nbw, int kw, int rg, int kh, const u16* b, int live_tiles,
-                                   float (&acc)[NT][4]) {
-  const int lane = threadIdx.x & 31;
-  const int q_off = rg * kw * 1152 + kh * 1024 + lane * 16;
-  const int s_off = rg * kw * 1152 + kw * 1024 + kh * 128 + (lane >> 2) * 16;
+                                   int nbw, const u16* b, float (&acc)[NT][4]) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int rg = warp & 3, kh = warp >> 2;
+  const int q_off = rg * KW * 1152 + kh * 1024 + lane * 16;
+  const int s_off = rg * KW * 1152 + KW * 1024 + kh * 128 + (lane >> 2) * 16;
   for (int j = 0; j < nbw; ++j) {
     ptx::mbarrier_wait_parity(full + pos.stage, pos.parity);
     const u8* st = ring + pos.stage * kStageBytes<KW>;
@@ -206,7 +198,7 @@ MEGAMOE_DEVICE void consume_staged(const u8* ring, u64* full, u64* empty, StageP
     // Every lane's reads precede lane 0's release (the arrival has release semantics).
     __syncwarp();
     if (lane == 0) ptx::mbarrier_arrive(empty + pos.stage);
-    block_mma<KMAX, NT>(words, scw, kh + kw * j, b, live_tiles, acc);
+    block_mma<KMAX, NT>(words, scw, kh + KW * j, b, acc);
     if (++pos.stage == STAGES) {
       pos.stage = 0;
       pos.parity ^= 1u;
@@ -269,31 +261,6 @@ MEGAMOE_DEVICE void reduce_tile(S& s, float (&acc)[NT][4]) {
   Sync::sync();
 }
 
-// Full-K FC2 epilogue (8-token sub-tile): this warp's 16 hidden rows [row0, row0 + 16) of the
-// sub-tile's tokens -> bf16 into the tokens' combine slots, staged through `ys` (256 B of this
-// warp's own) so that each token's 32 bytes go out as four 8-byte stores; no CTA barrier.
-template <int H, int TMAX, int NS, class S>
-MEGAMOE_DEVICE void fc2_store_warp_rows(const Nvfp4MoeArgs& a, const S& s, u16* ys, int sub,
-                                        int sub_live, int row0, float factor,
-                                        const float (&acc)[1][4]) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  __syncwarp();  // the previous unit's reads of ys are done
-#pragma unroll
-  for (int c = 0; c < 4; ++c) {
-    const float y = __fmul_rn(acc[0][c] * nvfp4::kWeightUnscale, factor);
-    ys[(2 * t + (c & 1)) * 16 + g + (c >= 2 ? 8 : 0)] = ptx::f32_to_bf16_rn(y);
-  }
-  __syncwarp();
-  const int i = lane >> 2, part = lane & 3;
-  if (i < sub_live) {
-    const int r = sub * NS + i;
-    u8* slot = a.base[s.route_src[r]] + a.off_combine +
-               ((static_cast<u64>(s.route_k[r]) * TMAX + s.route_tok[r]) * H + row0 + part * 4) * 2;
-    const u32* w = reinterpret_cast<const u32*>(ys) + i * 8 + part * 2;
-    ptx::store_global_8(slot, ptx::u32x2{w[0], w[1]});
-  }
-}
-
 }  // namespace nvfp4_pipe
 
 // Warp roles: warps 0 .. 4 KW - 1 are consumers (row group = warp % 4, K slice kh = warp / 4:
@@ -315,7 +282,6 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
   static_assert(FP8C == 0 || FP8C == 1, "fp8_combine is a flag");
   static_assert(STAGES == 0 || ((H / 128) % KW == 0 && (I / 128) % KW == 0),
                 "stages hold one block per consumer warp: H / 128 and I / 128 multiples of KW");
-  static_assert(STAGES == 0 || NS == 8, "stages run 8-token sub-tiles");
   using namespace nvfp4_pipe;
   constexpr int kThreads = 128 * KW;  // consumer threads
   constexpr int kWarps = 4 * KW;      // consumer warps
@@ -326,13 +292,7 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
   constexpr int KMAX = H > I ? H : I;
   constexpr int NT = NS / 8;
   constexpr int CT = I / 32;  // FC1 column tiles (32 gate + 32 up rows each)
-  constexpr int HT = H / 64;  // FC2 row tiles (K split over KW warps)
-  // FC2 without the K split (stages only; an FP8-combine block of 128 rows needs one CTA's amax):
-  // units of 64 KW rows, one warp per 16 rows over all of I.
-  constexpr bool kFullKPossible = kStaged && !FP8C && H % (64 * KW) == 0;
-  constexpr int HTF = H / (64 * KW);
-  static_assert(!kFullKPossible || kWarps * 8 * 16 * 2 <= (KW - 1) * 4 * 32 * 4 * 4,
-                "full-K FC2 staging (256 B a warp) must fit in s.red");
+  constexpr int HT = H / 64;  // FC2 row tiles
   using S = nvfp4_pipe::Smem<EL, BM, NS, KMAX, KW, STAGES, FP8C>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   S& s = *reinterpret_cast<S*>(smem_raw);
@@ -382,18 +342,12 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
       nvfp4_moe::plan_tiles<EL, K, R, BM, TMAX, kThreads, kThreads + (kStaged ? 32 : 0)>(
           a, s, first_expert);
 
-  // Same on every CTA (plan_tiles is redundant), so producer and consumers agree.
-  const bool full_k =
-      kFullKPossible &&
-      (a.fc2_full_k >= 0 ? a.fc2_full_k == 1 : fc2_full_k_pays(total_tiles, nctas, HTF, HT, KW));
-  Schedule<EL, BM, NS> sched;
+  Schedule<EL, BM, NS, CT, HT> sched;
   sched.tile_prefix = s.tile_prefix;
   sched.count = s.count;
-  sched.ncols[0] = CT;
-  sched.ncols[1] = full_k ? HTF : HT;
   {
     const long long items[2] = {static_cast<long long>(total_tiles) * CT,
-                                static_cast<long long>(total_tiles) * sched.ncols[1]};
+                                static_cast<long long>(total_tiles) * HT};
 #pragma unroll
     for (int ph = 0; ph < 2; ++ph) {
       long long lo = items[ph] * cta_in_rank / nctas;
@@ -411,10 +365,9 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
   if constexpr (kStaged) {
     if (warp == kWarps) {
       // Producer: the warp walks the CTA's units in the consumers' order; per unit and step j it
-      // fills one stage with blocks [kw j, kw j + kw) of the unit's 4 KW / kw row groups, once
-      // every consumer warp has released the stage's previous contents. Lane r copies row group
-      // r (two bulk copies: nibbles and scales are contiguous per row group), so a stage costs
-      // the warp a few instructions whether it holds 4 or 16 row groups.
+      // fills one stage with blocks [KW j, KW j + KW) of the unit's four row groups, once every
+      // consumer warp has released the stage's previous contents. Lane r < 4 copies row group r
+      // (two bulk copies: nibbles and scales are contiguous per row group).
       int stage = 0;
       u32 round = 0;
       int prev_tile = -1, e = 0;
@@ -424,23 +377,20 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
           prev_tile = u.tileg;
         }
         const int nb = u.phase == 0 ? H / 128 : I / 128;
-        const int kw = u.phase == 1 && full_k ? 1 : KW;
-        const int groups = 4 * KW / kw;
         const u64 mat = u.phase == 0 ? static_cast<u64>(e) * (2ull * I * H / 2)
                                      : static_cast<u64>(e) * (static_cast<u64>(H) * I / 2);
-        // This lane's row group of the unit.
-        const u64 blk0 = (static_cast<u64>(u.col) * groups + lane) * nb;
+        const u64 blk0 = (static_cast<u64>(u.col) * 4 + lane) * nb;  // this lane's row group
         const u8* q = (u.phase == 0 ? a.w13[rank] : a.w2[rank]) + mat + blk0 * 1024;
         const u8* sf = (u.phase == 0 ? a.w13_sf[rank] : a.w2_sf[rank]) + mat / 8 + blk0 * 128;
-        for (int j = 0; j < nb / kw; ++j) {
+        for (int j = 0; j < nb / KW; ++j) {
           if (round > 0) ptx::mbarrier_wait_parity(s.empty + stage, (round - 1) & 1u);
-          u8* dst = s.ring + stage * kStageBytes<KW> + lane * kw * 1152;
+          u8* dst = s.ring + stage * kStageBytes<KW> + lane * KW * 1152;
           if (lane == 0) ptx::mbarrier_arrive_expect_tx(s.full + stage, kStageBytes<KW>);
           __syncwarp();  // the stage's byte count is armed before any of its copies lands
-          if (lane < groups) {
-            const u64 blk = static_cast<u64>(j) * kw;
-            ptx::bulk_load(dst, q + blk * 1024, kw * 1024, s.full + stage);
-            ptx::bulk_load(dst + kw * 1024, sf + blk * 128, kw * 128, s.full + stage);
+          if (lane < 4) {
+            const u64 blk = static_cast<u64>(j) * KW;
+            ptx::bulk_load(dst, q + blk * 1024, KW * 1024, s.full + stage);
+            ptx::bulk_load(dst + KW * 1024, sf + blk * 128, KW * 128, s.full + stage);
           }
           if (++stage == STAGES) {
             stage = 0;
@@ -466,8 +416,7 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
     const u64 blk0 = static_cast<u64>(u.col * 4 + rg) * nb;
     st.q = (u.phase == 0 ? a.w13[rank] : a.w2[rank]) + mat + blk0 * 1024;
     st.sf = (u.phase == 0 ? a.w13_sf[rank] : a.w2_sf[rank]) + mat / 8 + blk0 * 128;
-    // Full-K FC2 units: every warp streams all of I (staged only, which reads only nbw).
-    st.nbw = u.phase == 1 && full_k ? nb : (nb - kh + KW - 1) / KW;
+    st.nbw = (nb - kh + KW - 1) / KW;
     st.w = st.nbw <= RING ? RING : (st.nbw + RING - 1) / RING * RING;
     return st;
   };
@@ -481,16 +430,15 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
   if constexpr (!kStaged) prime<RING, KW>(ring, cs, kh, lane);
   // One unit's MMAs over the token sub-tile (`ns`: the next unit's stream, which the register
   // ring starts loading at the end of this one), split-K summed into s.tile.
-  auto stream_unit = [&](const Stream& ns, int sub_live) {
+  auto stream_unit = [&](const Stream& ns) {
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
       for (int c = 0; c < 4; ++c) acc[nt][c] = 0.0f;
     if constexpr (kStaged) {
-      consume_staged<KMAX, NT, KW, STAGES>(s.ring, s.full, s.empty, pos, cs.nbw, KW, rg, kh, s.b,
-                                           (sub_live + 7) / 8, acc);
+      consume_staged<KMAX, NT, KW, STAGES>(s.ring, s.full, s.empty, pos, cs.nbw, s.b, acc);
     } else {
-      consume<KMAX, NT, RING, KW>(ring, cs, ns, s.b, (sub_live + 7) / 8, acc);
+      consume<KMAX, NT, RING, KW>(ring, cs, ns, s.b, acc);
     }
     reduce_tile<NT, KW, Sync>(s, acc);
   };
@@ -527,7 +475,7 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
       b_sub = cur.sub;
       Sync::sync();  // s.b is no longer read
       const int sub = cur.sub;
-      load_token_tile_paired<H, KMAX, kThreads, false>(
+      load_token_tile_paired<H, KMAX, NS, kThreads, false>(
           s.b, sub_live,
           [&](int i) {
             const int r = sub * NS + i;
@@ -553,7 +501,7 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
     }
     // Loaded before the stream so that its latency hides behind it (not after the barriers).
     const float g2 = __ldg(a.fc2_scale[rank] + e);
-    stream_unit(ns, sub_live);
+    stream_unit(ns);
     // Warp -> token (warps past NS idle), lane -> column (one 16-column block per half-warp).
     for (int i = warp; i < NS; i += kWarps) {
       nvfp4_moe::fc1_requantize_token<ACT, NS>(a, s, mine, i, cur.sub * NS + i, sub_live, cur.col,
@@ -603,89 +551,73 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
       b_sub = cur.sub;
       Sync::sync();
       const int row0 = pool_row0 + cur.sub * NS;
-      load_token_tile_paired<I, KMAX, kThreads, true>(
+      load_token_tile_paired<I, KMAX, NS, kThreads, true>(
           s.b, sub_live,
           [&](int i) {
             return mine + a.off_fc2_pool + static_cast<u64>(row0 + i) * a.pitch_fc2_pool;
           },
           [&](int i) { return mine + a.off_fc2_sf + static_cast<u64>(row0 + i) * a.pitch_fc2_sf; });
-      if (fresh_routes) {
-        // Read by the epilogue's stores only, after the barrier below (a new tile always starts
-        // a new sub-tile; full-K units have no other barrier).
-        s.route_src[tid] = route_src;
-        s.route_tok[tid] = route_tok;
-        s.route_k[tid] = route_k;
-        fresh_routes = false;
-      }
       Sync::sync();
     }
-    const float factor = __fmul_rn(__ldg(a.fc2_scale[rank] + e), __ldg(a.alpha2[rank] + e));
-    bool full_k_done = false;
-    if constexpr (kFullKPossible) {
-      if (full_k) {
-        // Each warp owns 16 rows over all of I: no partial sums, no CTA barrier.
-#pragma unroll
-        for (int c = 0; c < 4; ++c) acc[0][c] = 0.0f;
-        consume_staged<KMAX, NT, KW, STAGES>(s.ring, s.full, s.empty, pos, cs.nbw, 1, warp, 0, s.b,
-                                             1, acc);
-        fc2_store_warp_rows<H, TMAX, NS>(a, s, reinterpret_cast<u16*>(s.red) + warp * 128, cur.sub,
-                                         sub_live, cur.col * 64 * KW + warp * 16, factor, acc);
-        full_k_done = true;
-      }
+    if (fresh_routes) {
+      // Read by the epilogue's stores only, after reduce_tile's barriers.
+      s.route_src[tid] = route_src;
+      s.route_tok[tid] = route_tok;
+      s.route_k[tid] = route_k;
+      fresh_routes = false;
     }
-    if (!full_k_done) {
-      stream_unit(ns, sub_live);
-      if constexpr (FP8C) {
-        if ((cur.col & 1) == 0) {
-          // First 64 rows of a 128-row FP8 block: kept until the odd tile, this CTA's next unit
-          // (whole pairs per CTA, and the columns of one (tile, sub-tile) run in order). Read
-          // there after its reduce_tile barriers; rewritten only after the next pair's ones.
-          for (int u = tid; u < 64 * sub_live; u += kThreads) {
-            const int i = u / 64, row = u - i * 64;
-            s.ypair[row * NS + i] = __fmul_rn(s.tile[row * NS + i] * nvfp4::kWeightUnscale, factor);
-          }
-        } else {
-          // One warp per token, lane l holds rows 4 l .. 4 l + 3 of the block: finite amax, f32
-          // scale amax / 448, e4m3 codes of y / scale (the oracle's 1x128 recipe), 4 bytes a lane
-          // and the scale into the source rank's slot (peer writes).
-          for (int i = warp; i < sub_live; i += kWarps) {
-            const int r = cur.sub * NS + i;
-            // Read twice from shared memory rather than held: 16-token tiles are at the
-            // 128-register cap.
-            auto y_of = [&](int j) {
-              const int h = lane * 4 + j;
-              return h < 64 ? s.ypair[h * NS + i]
-                            : __fmul_rn(s.tile[(h - 64) * NS + i] * nvfp4::kWeightUnscale, factor);
-            };
-            float amax = 0.0f;
-#pragma unroll 1
-            for (int j = 0; j < 4; ++j) amax = exact::amax2(amax, exact::finite_abs(y_of(j)));
-#pragma unroll
-            for (int d = 16; d >= 1; d >>= 1) {
-              amax = exact::amax2(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, d));
-            }
-            const float scale = exact::fp8_f32_scale(amax);
-            u32 packed = 0;
-#pragma unroll 1
-            for (int j = 0; j < 4; ++j) {
-              packed |= exact::e4m3_code(__fdiv_rn(y_of(j), scale)) << (8 * j);
-            }
-            const u64 row = static_cast<u64>(s.route_k[r]) * TMAX + s.route_tok[r];
-            u8* base = a.base[s.route_src[r]];
-            const int blk = cur.col >> 1;
-            *reinterpret_cast<u32*>(base + a.off_combine + row * H + blk * 128 + lane * 4) = packed;
-            if (lane == 0) {
-              *reinterpret_cast<float*>(base + a.off_combine_sf + row * a.pitch_combine_sf +
-                                        blk * 4) = scale;
-            }
-          }
+    const float factor = __fmul_rn(__ldg(a.fc2_scale[rank] + e), __ldg(a.alpha2[rank] + e));
+    stream_unit(ns);
+    if constexpr (FP8C) {
+      if ((cur.col & 1) == 0) {
+        // First 64 rows of a 128-row FP8 block: kept until the odd tile, this CTA's next unit
+        // (whole pairs per CTA, and the columns of one (tile, sub-tile) run in order). Read
+        // there after its reduce_tile barriers; rewritten only after the next pair's ones.
+        for (int u = tid; u < 64 * sub_live; u += kThreads) {
+          const int i = u / 64, row = u - i * 64;
+          s.ypair[row * NS + i] = __fmul_rn(s.tile[row * NS + i] * nvfp4::kWeightUnscale, factor);
         }
       } else {
-        // y -> bf16, staged as [token][64] in s.red (free after reduce_tile), then peer stores.
-        nvfp4_moe::fc2_store_bf16_slots<H, TMAX, NS, kThreads, Sync>(
-            a, s, reinterpret_cast<u16*>(s.red), cur.sub, sub_live, cur.col, factor);
-        Sync::sync();  // ys (s.red) is read above; the next unit's reduce_tile rewrites it
+        // One warp per token, lane l holds rows 4 l .. 4 l + 3 of the block: finite amax, f32
+        // scale amax / 448, e4m3 codes of y / scale (the oracle's 1x128 recipe), 4 bytes a lane
+        // and the scale into the source rank's slot (peer writes).
+        for (int i = warp; i < sub_live; i += kWarps) {
+          const int r = cur.sub * NS + i;
+          // Read twice from shared memory rather than held: 16-token tiles are at the
+          // 128-register cap.
+          auto y_of = [&](int j) {
+            const int h = lane * 4 + j;
+            return h < 64 ? s.ypair[h * NS + i]
+                          : __fmul_rn(s.tile[(h - 64) * NS + i] * nvfp4::kWeightUnscale, factor);
+          };
+          float amax = 0.0f;
+#pragma unroll 1
+          for (int j = 0; j < 4; ++j) amax = exact::amax2(amax, exact::finite_abs(y_of(j)));
+#pragma unroll
+          for (int d = 16; d >= 1; d >>= 1) {
+            amax = exact::amax2(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, d));
+          }
+          const float scale = exact::fp8_f32_scale(amax);
+          u32 packed = 0;
+#pragma unroll 1
+          for (int j = 0; j < 4; ++j) {
+            packed |= exact::e4m3_code(__fdiv_rn(y_of(j), scale)) << (8 * j);
+          }
+          const u64 row = static_cast<u64>(s.route_k[r]) * TMAX + s.route_tok[r];
+          u8* base = a.base[s.route_src[r]];
+          const int blk = cur.col >> 1;
+          *reinterpret_cast<u32*>(base + a.off_combine + row * H + blk * 128 + lane * 4) = packed;
+          if (lane == 0) {
+            *reinterpret_cast<float*>(base + a.off_combine_sf + row * a.pitch_combine_sf +
+                                      blk * 4) = scale;
+          }
+        }
       }
+    } else {
+      // y -> bf16, staged as [token][64] in s.red (free after reduce_tile), then peer stores.
+      nvfp4_moe::fc2_store_bf16_slots<H, TMAX, NS, kThreads, Sync>(
+          a, s, reinterpret_cast<u16*>(s.red), cur.sub, sub_live, cur.col, factor);
+      Sync::sync();  // ys (s.red) is read above; the next unit's reduce_tile rewrites it
     }
     cur = nx;
     cs = ns;

@@ -52,17 +52,14 @@ struct Unit {
   int tileg, sub, col, phase;  // phase 0 = FC1, 1 = FC2, 2 = past the end
 };
 
-// Column items per tile: FC1 32 intermediate columns; FC2 64 hidden rows (K split over the warps)
-// or 64 KW rows (full K, one warp per 16 rows) -- chosen at run time, hence members.
-template <int EL, int BM, int NS>
+template <int EL, int BM, int NS, int CT1, int CT2>
 struct Schedule {
   const int* tile_prefix;  // [EL + 1] padded tile prefix of the rank's experts
   const int* count;        // [EL] routes per expert
   int lo[2], hi[2];        // the CTA's item ranges
-  int ncols[2];            // column items per tile of each phase
 
+  MEGAMOE_SCHED_FN static constexpr int cols(int ph) { return ph == 0 ? CT1 : CT2; }
   // Selects instead of indexing: a run-time index would put the struct in local memory.
-  MEGAMOE_SCHED_FN int cols(int ph) const { return ph == 0 ? ncols[0] : ncols[1]; }
   MEGAMOE_SCHED_FN int lo_of(int ph) const { return ph == 0 ? lo[0] : lo[1]; }
   MEGAMOE_SCHED_FN int hi_of(int ph) const { return ph == 0 ? hi[0] : hi[1]; }
   MEGAMOE_SCHED_FN int live(int tileg) const {
@@ -93,18 +90,5 @@ struct Schedule {
     return first(ph + 1);
   }
 };
-
-// Whether FC2 runs without the K split. A full-K unit (64 KW rows, each consumer warp 16 rows over
-// all of I) needs no partial sums and no CTA barrier, but is KW times larger than a split unit,
-// so with few units per CTA the CTAs holding one unit more than the others finish later.
-// Compares the busiest CTA's work, counting a split unit as kSplitUnitCost / 4 of its streaming
-// time (its partial sums and four CTA barriers: bench/NOTES.md, v6).
-inline constexpr int kSplitUnitCost = 5;
-MEGAMOE_SCHED_FN bool fc2_full_k_pays(int tiles, int nctas, int full_cols, int split_cols,
-                                      int ksplit) {
-  const long long full = (static_cast<long long>(tiles) * full_cols + nctas - 1) / nctas;
-  const long long split = (static_cast<long long>(tiles) * split_cols + nctas - 1) / nctas;
-  return full * ksplit * 4 <= split * kSplitUnitCost;
-}
 
 }  // namespace megamoe::device::nvfp4_pipe
