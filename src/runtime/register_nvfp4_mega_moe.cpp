@@ -32,16 +32,13 @@ std::size_t smem_for(const MoEConfig& c, int block_m, int ns, int ksplit, int st
                            : stages == 0 ? 16 + 2 * 8
                                          : static_cast<std::size_t>(stages) * (4 * kw * 1152 + 16);
   const std::size_t ypair = stages < 0 ? 0 : (c.fp8_combine ? 64 * n * 4 : 4);
-  // pipelined: the split-K exchange is double-buffered, with 4 mbarriers and a bf16 staging tile.
-  const std::size_t exchange = stages < 0 ? 1 : 2;
-  const std::size_t exchange_extra = stages < 0 ? 0 : 4 * 8 + 64 * n * 2;
   const std::size_t bytes = ring + ypair  // weight stages + barriers, fp8_combine's first half
-                            + exchange_extra + n * (kmax + 8) * 2             // token tile, f16
-                            + exchange * (kw - 1) * 4 * 32 * (n / 8) * 4 * 4  // split-K partials
-                            + exchange * 64 * n * 4                           // result tile
-                            + el * 4 + (el + 1) * 4                           // counts, tile prefix
-                            + 8 * 4                                           // source token counts
-                            + bm * 5 * 4;                                     // routes
+                            + n * (kmax + 8) * 2                   // token tile, f16
+                            + (kw - 1) * 4 * 32 * (n / 8) * 4 * 4  // split-K partials
+                            + 64 * n * 4                           // result tile
+                            + el * 4 + (el + 1) * 4                // counts, tile prefix
+                            + 8 * 4                                // source token counts
+                            + bm * 5 * 4;                          // routes
   return (bytes + 15) / 16 * 16;
 }
 

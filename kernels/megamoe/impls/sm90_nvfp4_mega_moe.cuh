@@ -323,19 +323,18 @@ MEGAMOE_DEVICE void gather_tile_routes(const Nvfp4MoeArgs& a, S& s, int want, in
 }
 
 // FC1 epilogue of token i of the sub-tile (route r of the tile), one warp, lane = column of the
-// 32-column tile `col`: gate and up from `tile` (64 x NS), activation, route weight, NVFP4
+// 32-column tile `col`: gate and up from s.tile, activation, route weight, NVFP4
 // re-quantization in 16-column blocks with the expert's fc2_input_scale g2, into row
 // pool_row0 + r of the rank's fc2_pool. Every lane runs it (the shuffles), i < sub_live writes.
 template <int ACT, int NS, class S>
-MEGAMOE_DEVICE void fc1_requantize_token(const Nvfp4MoeArgs& a, const S& s, const float* tile,
-                                         u8* mine, int i, int r, int sub_live, int col,
-                                         int pool_row0, float g2) {
+MEGAMOE_DEVICE void fc1_requantize_token(const Nvfp4MoeArgs& a, const S& s, u8* mine, int i, int r,
+                                         int sub_live, int col, int pool_row0, float g2) {
   const int lane = threadIdx.x & 31;
   float v = 0.0f;
   if (i < sub_live) {
     const float alpha = s.route_alpha[r];
-    const float gate = __fmul_rn(tile[lane * NS + i] * nvfp4::kWeightUnscale, alpha);
-    const float up = __fmul_rn(tile[(32 + lane) * NS + i] * nvfp4::kWeightUnscale, alpha);
+    const float gate = __fmul_rn(s.tile[lane * NS + i] * nvfp4::kWeightUnscale, alpha);
+    const float up = __fmul_rn(s.tile[(32 + lane) * NS + i] * nvfp4::kWeightUnscale, alpha);
     v = s.route_w[r] * activate<ACT>(gate, up, a);
   }
   float amax = exact::finite_abs(v);
@@ -357,16 +356,16 @@ MEGAMOE_DEVICE void fc1_requantize_token(const Nvfp4MoeArgs& a, const S& s, cons
   }
 }
 
-// FC2 epilogue, bf16 slots: y of the 64-row tile `col` (`tile`, 64 x NS) for the sub-tile's
-// tokens, staged as [token][64] bf16 in `ys`, then 16-byte peer stores into each route's combine
-// slot. Run by threads 0 .. THREADS - 1; Sync is their barrier.
+// FC2 epilogue, bf16 slots: y of the 64-row tile `col` for the sub-tile's tokens, staged as
+// [token][64] bf16 in `ys`, then 16-byte peer stores into each route's combine slot. Sync is
+// the CTA barrier of the THREADS participating threads.
 template <int H, int TMAX, int NS, int THREADS, class Sync, class S>
-MEGAMOE_DEVICE void fc2_store_bf16_slots(const Nvfp4MoeArgs& a, const S& s, const float* tile,
-                                         u16* ys, int sub, int sub_live, int col, float factor) {
+MEGAMOE_DEVICE void fc2_store_bf16_slots(const Nvfp4MoeArgs& a, const S& s, u16* ys, int sub,
+                                         int sub_live, int col, float factor) {
   const int tid = threadIdx.x;
   for (int u = tid; u < 64 * sub_live; u += THREADS) {
     const int i = u / 64, row = u - i * 64;
-    const float y = __fmul_rn(tile[row * NS + i] * nvfp4::kWeightUnscale, factor);
+    const float y = __fmul_rn(s.tile[row * NS + i] * nvfp4::kWeightUnscale, factor);
     ys[i * 64 + row] = ptx::f32_to_bf16_rn(y);
   }
   Sync::sync();
@@ -542,8 +541,8 @@ __global__ void __launch_bounds__(kNvfp4Threads, 1)
 #pragma unroll
         for (int it = 0; it < NT; ++it) {
           const int i = it * 8 + warp;
-          nvfp4_moe::fc1_requantize_token<ACT, NS>(a, s, s.tile, mine, i, sub * NS + i, sub_live,
-                                                   ct, pool_row0, g2);
+          nvfp4_moe::fc1_requantize_token<ACT, NS>(a, s, mine, i, sub * NS + i, sub_live, ct,
+                                                   pool_row0, g2);
         }
       }
     }
@@ -603,7 +602,7 @@ __global__ void __launch_bounds__(kNvfp4Threads, 1)
         nvfp4_moe::warp_gemm<I, KMAX, NT>(wq, wsf, s.b, (sub_live + 7) / 8, acc);
         nvfp4_moe::reduce_tile<NT>(s, acc);
         // y -> bf16, staged as [token][64] in s.b (free now), then 16-byte peer stores.
-        nvfp4_moe::fc2_store_bf16_slots<H, TMAX, NS, kNvfp4Threads, CtaSync>(a, s, s.tile, s.b, sub,
+        nvfp4_moe::fc2_store_bf16_slots<H, TMAX, NS, kNvfp4Threads, CtaSync>(a, s, s.b, sub,
                                                                              sub_live, ht, factor);
       }
     }

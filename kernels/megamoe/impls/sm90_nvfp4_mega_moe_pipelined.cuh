@@ -208,19 +208,15 @@ MEGAMOE_DEVICE void consume_staged(const u8* ring, u64* full, u64* empty, StageP
 
 // Shared memory of one CTA (dynamic; src/runtime/register_nvfp4_mega_moe.cpp mirrors its size).
 // ring / full / empty: the weight stages; b: the token tile, f16 [NS][KMAX + 8] in the paired
-// layout; part_full / part_empty / red / tile: the double-buffered split-K exchange
-// (exchange_partials), red[b] = partials of the warps with kh >= 1, [kh - 1][row group][lane]
-// [NT * 4], tile[b] = the unit's 64 x NS result (rows x tokens); ys: the FC2 bf16 staging.
+// layout; red: split-K partials of the warps with kh >= 1, [kh - 1][row group][lane][NT * 4].
 template <int EL, int BM, int NS, int KMAX, int KW, int STAGES, int FP8C>
 struct Smem {
   // Weight stages and their barriers (STAGES > 0; a token 16 B otherwise).
   u8 ring[STAGES > 0 ? STAGES* kStageBytes<KW> : 16];
   u64 full[STAGES > 0 ? STAGES : 1], empty[STAGES > 0 ? STAGES : 1];
-  u64 part_full[2], part_empty[2];
   u16 b[NS * (KMAX + 8)];
-  float red[2][(KW - 1) * 4 * 32 * (NS / 8) * 4];
-  float tile[2][64 * NS];
-  u16 ys[64 * NS];
+  float red[(KW - 1) * 4 * 32 * (NS / 8) * 4];
+  float tile[64 * NS];  // the CTA's 64 x NS result tile (rows x tokens)
   int count[EL];
   int tile_prefix[EL + 1];
   int src_tokens[8];  // live tokens of each source rank
@@ -229,64 +225,40 @@ struct Smem {
   float ypair[FP8C ? 64 * NS : 1];  // fp8_combine: y of the even column tile of a 128-row block
 };
 
-// The split-K exchange of one unit, double-buffered by the CTA's unit count `uidx` (both phases,
-// b = uidx & 1): the warps with kh >= 1 write their partial sums to red[b] and go on to the next
-// unit without waiting; the kh = 0 warps (threads 0 .. 127) wait for them, sum in kh order into
-// tile[b] and alone run the unit's epilogue, which may read tile[b] once this returns (their
-// barrier KhZeroSync). Returns tile[b].
-// Barriers, phase (uidx >> 1) & 1 of buffer b:
-//   part_full[b]:  lane 0 of each kh >= 1 warp arrives (4 (KW - 1) arrivals) once its warp's
-//                  partials are written; the kh = 0 warps wait for it.
-//   part_empty[b]: lane 0 of each kh = 0 warp arrives (4 arrivals) once its warp has read them;
-//                  the kh >= 1 warps wait for the previous phase before writing red[b] again.
-// tile[b] is rewritten two units later, after the kh = 0 warps' barrier of the unit between,
-// which each of them reaches only after its epilogue of this unit.
-template <int NT, int KW, class KhZeroSync, class S>
-MEGAMOE_DEVICE const float* exchange_partials(S& s, float (&acc)[NT][4], int uidx) {
+// Sums the KW partial accumulators of each row group in kh order and leaves the CTA's 64 x NS
+// tile (raw accumulators) in s.tile.
+template <int NT, int KW, class Sync, class S>
+MEGAMOE_DEVICE void reduce_tile(S& s, float (&acc)[NT][4]) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int rg = warp & 3, kh = warp >> 2;
-  const int b = uidx & 1;
-  const u32 use = static_cast<u32>(uidx) >> 1;
-  constexpr int kStride = 4 * 32 * NT * 4;  // floats per kh slice of red[b]
+  constexpr int kStride = 4 * 32 * NT * 4;  // floats per kh slice of s.red
   if (kh >= 1) {
-    if (use >= 1) ptx::mbarrier_wait_parity(s.part_empty + b, (use - 1) & 1u);
-    float* red = s.red[b] + (kh - 1) * kStride + (rg * 32 + lane) * NT * 4;
+    float* red = s.red + (kh - 1) * kStride + (rg * 32 + lane) * NT * 4;
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
       for (int c = 0; c < 4; ++c) red[nt * 4 + c] = acc[nt][c];
-    __syncwarp();  // every lane's partials precede lane 0's arrival (release)
-    if (lane == 0) ptx::mbarrier_arrive(s.part_full + b);
-    return s.tile[b];
   }
-  ptx::mbarrier_wait_parity(s.part_full + b, use & 1u);
-  const int g = lane >> 2, t = lane & 3;
-  constexpr int NS = NT * 8;
-  float v[NT][4];
+  Sync::sync();
+  if (kh == 0) {
+    const int g = lane >> 2, t = lane & 3;
+    constexpr int NS = NT * 8;
 #pragma unroll
-  for (int nt = 0; nt < NT; ++nt) {
+    for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      v[nt][c] = acc[nt][c];
+      for (int c = 0; c < 4; ++c) {
+        float v = acc[nt][c];
 #pragma unroll
-      for (int w = 1; w < KW; ++w) {
-        v[nt][c] += s.red[b][(w - 1) * kStride + (rg * 32 + lane) * NT * 4 + nt * 4 + c];
+        for (int w = 1; w < KW; ++w) {
+          v += s.red[(w - 1) * kStride + (rg * 32 + lane) * NT * 4 + nt * 4 + c];
+        }
+        const int row = rg * 16 + g + (c >= 2 ? 8 : 0);
+        const int col = nt * 8 + 2 * t + (c & 1);
+        s.tile[row * NS + col] = v;
       }
     }
   }
-  __syncwarp();  // every lane has read red[b]
-  if (lane == 0) ptx::mbarrier_arrive(s.part_empty + b);
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const int row = rg * 16 + g + (c >= 2 ? 8 : 0);
-      const int col = nt * 8 + 2 * t + (c & 1);
-      s.tile[b][row * NS + col] = v[nt][c];
-    }
-  }
-  KhZeroSync::sync();
-  return s.tile[b];
+  Sync::sync();
 }
 
 }  // namespace nvfp4_pipe
@@ -302,13 +274,12 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
   static_assert(NS % 8 == 0 && BM % NS == 0, "token sub-tile must divide BLOCK_M");
   static_assert(R >= 1 && R <= kNvfp4MaxRanks, "1..8 ranks");
   static_assert(KW == 2 || KW == 4, "K split over 2 or 4 warps per row group");
+  static_assert(NS * 64 * 2 <= (KW - 1) * 4 * 32 * (NS / 8) * 4 * 4,
+                "FC2 staging must fit in s.red");
   static_assert(RING >= 2 && RING <= 8 && (KW == 2 || RING <= 4),
                 "ring depth 2..8 (2..4 under the 16-warp register cap)");
   static_assert(STAGES == 0 || (STAGES >= 2 && STAGES <= 8), "0 (register ring) or 2..8 stages");
   static_assert(FP8C == 0 || FP8C == 1, "fp8_combine is a flag");
-  static_assert(BM <= 128,
-                "a tile's routes are stored by threads tid < live: the kh = 0 warps, "
-                "which read them in their epilogue after their own barrier");
   static_assert(STAGES == 0 || ((H / 128) % KW == 0 && (I / 128) % KW == 0),
                 "stages hold one block per consumer warp: H / 128 and I / 128 multiples of KW");
   using namespace nvfp4_pipe;
@@ -318,9 +289,6 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
   // The consumers' CTA barrier: all threads, or named barrier 1 over the consumers once the
   // producer warp has gone its own way.
   using Sync = CtaBarrier<kStaged ? kThreads : 0>;
-  // The kh = 0 warps' own barrier (threads 0 .. 127): they alone sum the split-K partials and run
-  // each unit's epilogue.
-  using KhZeroSync = CtaBarrier<128, 2>;
   constexpr int KMAX = H > I ? H : I;
   constexpr int NT = NS / 8;
   constexpr int CT = I / 32;  // FC1 column tiles (32 gate + 32 up rows each)
@@ -346,17 +314,12 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
   u32* const status = reinterpret_cast<u32*>(sync + a.sync_status);
   const int first_expert = rank * EL;
 
-  if (tid == 0) {
+  if (kStaged && tid == 0) {
     // full[s]: 1 arrival (the producer's expect_tx) + the stage's bytes; empty[s]: one arrival
-    // per consumer warp. part_full[b] / part_empty[b]: exchange_partials. Visible to the copy
-    // engine and every warp after phase 0's barriers.
+    // per consumer warp. Visible to the copy engine and every warp after phase 0's barriers.
     for (int p = 0; p < (kStaged ? STAGES : 0); ++p) {
       ptx::mbarrier_init(s.full + p, 1);
       ptx::mbarrier_init(s.empty + p, kWarps);
-    }
-    for (int b = 0; b < 2; ++b) {
-      ptx::mbarrier_init(s.part_full + b, 4 * (KW - 1));
-      ptx::mbarrier_init(s.part_empty + b, 4);
     }
     ptx::fence_mbarrier_init();
   }
@@ -466,9 +429,7 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
   Stream cs = stream_of(cur, Stream{nullptr, nullptr, 0, RING, -1, 0});
   if constexpr (!kStaged) prime<RING, KW>(ring, cs, kh, lane);
   // One unit's MMAs over the token sub-tile (`ns`: the next unit's stream, which the register
-  // ring starts loading at the end of this one), split-K summed by the kh = 0 warps; returns the
-  // unit's result tile, which only they read (their epilogue), and only they go on to it.
-  int uidx = 0;  // the CTA's units so far, both phases (exchange_partials' buffer and phase)
+  // ring starts loading at the end of this one), split-K summed into s.tile.
   auto stream_unit = [&](const Stream& ns) {
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
@@ -479,7 +440,7 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
     } else {
       consume<KMAX, NT, RING, KW>(ring, cs, ns, s.b, acc);
     }
-    return exchange_partials<NT, KW, KhZeroSync>(s, acc, uidx++);
+    reduce_tile<NT, KW, Sync>(s, acc);
   };
 
   // ---- phase 1: FC1 + activation + re-quantization ----------------------------------------
@@ -527,7 +488,7 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
       Sync::sync();
     }
     if (fresh_routes) {
-      // Read by the epilogue only (kh = 0 warps, these threads among them, after their barrier).
+      // Read by the epilogue only, after reduce_tile's barriers.
       s.route_w[tid] = route_w;
       s.route_alpha[tid] = route_alpha;
       fresh_routes = false;
@@ -540,14 +501,11 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
     }
     // Loaded before the stream so that its latency hides behind it (not after the barriers).
     const float g2 = __ldg(a.fc2_scale[rank] + e);
-    const float* result = stream_unit(ns);
-    if (kh == 0) {
-      // kh = 0 warp -> tokens warp, warp + 4, ..., lane -> column (a 16-column block per
-      // half-warp).
-      for (int i = warp; i < NS; i += 4) {
-        nvfp4_moe::fc1_requantize_token<ACT, NS>(a, s, result, mine, i, cur.sub * NS + i, sub_live,
-                                                 cur.col, pool_row0, g2);
-      }
+    stream_unit(ns);
+    // Warp -> token (warps past NS idle), lane -> column (one 16-column block per half-warp).
+    for (int i = warp; i < NS; i += kWarps) {
+      nvfp4_moe::fc1_requantize_token<ACT, NS>(a, s, mine, i, cur.sub * NS + i, sub_live, cur.col,
+                                               pool_row0, g2);
     }
     cur = nx;
     cs = ns;
@@ -602,38 +560,35 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
       Sync::sync();
     }
     if (fresh_routes) {
-      // Read by the epilogue's stores only (kh = 0 warps, these threads among them, after their
-      // barrier).
+      // Read by the epilogue's stores only, after reduce_tile's barriers.
       s.route_src[tid] = route_src;
       s.route_tok[tid] = route_tok;
       s.route_k[tid] = route_k;
       fresh_routes = false;
     }
     const float factor = __fmul_rn(__ldg(a.fc2_scale[rank] + e), __ldg(a.alpha2[rank] + e));
-    const float* result = stream_unit(ns);
-    if (kh != 0) {
-      // The epilogue is the kh = 0 warps' (exchange_partials).
-    } else if constexpr (FP8C) {
+    stream_unit(ns);
+    if constexpr (FP8C) {
       if ((cur.col & 1) == 0) {
         // First 64 rows of a 128-row FP8 block: kept until the odd tile, this CTA's next unit
         // (whole pairs per CTA, and the columns of one (tile, sub-tile) run in order). Read
-        // there after the kh = 0 warps' barrier; rewritten only after the next pair's one.
-        for (int u = tid; u < 64 * sub_live; u += 128) {
+        // there after its reduce_tile barriers; rewritten only after the next pair's ones.
+        for (int u = tid; u < 64 * sub_live; u += kThreads) {
           const int i = u / 64, row = u - i * 64;
-          s.ypair[row * NS + i] = __fmul_rn(result[row * NS + i] * nvfp4::kWeightUnscale, factor);
+          s.ypair[row * NS + i] = __fmul_rn(s.tile[row * NS + i] * nvfp4::kWeightUnscale, factor);
         }
       } else {
         // One warp per token, lane l holds rows 4 l .. 4 l + 3 of the block: finite amax, f32
         // scale amax / 448, e4m3 codes of y / scale (the oracle's 1x128 recipe), 4 bytes a lane
         // and the scale into the source rank's slot (peer writes).
-        for (int i = warp; i < sub_live; i += 4) {
+        for (int i = warp; i < sub_live; i += kWarps) {
           const int r = cur.sub * NS + i;
           // Read twice from shared memory rather than held: 16-token tiles are at the
           // 128-register cap.
           auto y_of = [&](int j) {
             const int h = lane * 4 + j;
             return h < 64 ? s.ypair[h * NS + i]
-                          : __fmul_rn(result[(h - 64) * NS + i] * nvfp4::kWeightUnscale, factor);
+                          : __fmul_rn(s.tile[(h - 64) * NS + i] * nvfp4::kWeightUnscale, factor);
           };
           float amax = 0.0f;
 #pragma unroll 1
@@ -659,10 +614,10 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
         }
       }
     } else {
-      // y -> bf16, staged as [token][64] in s.ys, then peer stores. s.ys is rewritten after the
-      // next unit's barrier of these warps, which each reaches after its stores here.
-      nvfp4_moe::fc2_store_bf16_slots<H, TMAX, NS, 128, KhZeroSync>(a, s, result, s.ys, cur.sub,
-                                                                    sub_live, cur.col, factor);
+      // y -> bf16, staged as [token][64] in s.red (free after reduce_tile), then peer stores.
+      nvfp4_moe::fc2_store_bf16_slots<H, TMAX, NS, kThreads, Sync>(
+          a, s, reinterpret_cast<u16*>(s.red), cur.sub, sub_live, cur.col, factor);
+      Sync::sync();  // ys (s.red) is read above; the next unit's reduce_tile rewrites it
     }
     cur = nx;
     cs = ns;
