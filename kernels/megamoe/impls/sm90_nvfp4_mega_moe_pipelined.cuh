@@ -264,7 +264,7 @@ MEGAMOE_DEVICE void reduce_tile(S& s, float (&acc)[NT][4]) {
 }  // namespace nvfp4_pipe
 
 // Warp roles: warps 0 .. 4 KW - 1 are consumers (row group = warp % 4, K slice kh = warp / 4:
-// blocks kh, kh + KW, ...); with STAGES > 0, warp 4 KW is the producer (its lane 0 issues
+// blocks kh, kh + KW, ...); with STAGES > 0, warp 4 KW is the producer (its lanes 0..3 issue
 // the bulk copies; it leaves after phase 0 and takes no part in the consumers' barriers).
 template <int H, int I, int EL, int K, int R, int BM, int TMAX, int NS, int ACT, int RING = 4,
           int KW = 2, int STAGES = 0, int FP8C = 0>
