@@ -48,29 +48,34 @@ MEGAMOE_DEVICE u32 scale_pair(u32 scale_word, bool odd) {
   return ptx::prmt(scale_word, 0u, odd ? 0x4342u : 0x4140u) << 7;
 }
 
-// f16x2 {s, s} of a UE4M3 scale byte: exact (every e4m3 value is an f16); code 0x7F is NaN.
-MEGAMOE_DEVICE u32 ue4m3_pair_f16(u32 code) {
-  const unsigned short both = static_cast<unsigned short>(code | (code << 8));
-  u32 d;
-  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(d) : "h"(both));
-  return d;
+// Exact value of an e2m1 nibble (f32).
+MEGAMOE_DEVICE float e2m1_value(u32 nibble) {
+  const u32 mag = nibble & 7u;
+  const float v = mag >= 2u ? __uint_as_float((((mag >> 1) + 126u) << 23) | ((mag & 1u) << 22))
+                            : (mag == 1u ? 0.5f : 0.0f);
+  return (nibble & 8u) ? -v : v;
+}
+
+// Value of a UE4M3 scale byte (code 0x7F is NaN in e4m3; it is kept as NaN).
+MEGAMOE_DEVICE float ue4m3_value(u32 c) {
+  const u32 e = (c >> 3) & 0xFu;
+  const u32 m = c & 7u;
+  if (c == 0x7Fu) return __uint_as_float(0x7FC00000u);
+  if (e == 0u) return static_cast<float>(m) * 0x1p-9f;
+  return __uint_as_float(((e + 120u) << 23) | (m << 20));
 }
 
 // 16 exact f16 products of one NVFP4 activation block (8 bytes of nibbles, one scale byte):
-// the token operand of the MMA, laid out as 8 consecutive f16x2 (element order). Byte b of the
-// block (elements 2b, 2b + 1) goes to bits 8..15 and 20..27 of one u32, where one shift by 1 puts
-// both nibbles' magnitudes on f16 bits 9..11 of their half and one shift by 4 both signs on bit
-// 15: e2m1 x 2^-14 (the e = 0 code reads as the subnormal 2^-15), times 2^14 and the scale,
-// each product exact.
+// the token operand of the MMA, laid out as 8 consecutive f16x2 (element order).
 MEGAMOE_DEVICE void decode_activation_block(u32 lo, u32 hi, u32 scale_code, u32 (&out)[8]) {
-  constexpr u32 kTwo14 = 0x74007400u;  // f16x2 {2^14, 2^14}
-  const u32 s = ue4m3_pair_f16(scale_code);
+  const float s = ue4m3_value(scale_code);
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
-    const u32 byte = ptx::prmt(i < 4 ? lo : hi, 0u, 0x4440u | (i & 3));
-    const u32 t = byte * 0x00100100u;  // the byte at bits 8..15 and 20..27
-    const u32 bits = ((t << 1) & 0x0E000E00u) | ((t << 4) & 0x80008000u);
-    out[i] = ptx::hmul2(ptx::hmul2(bits, kTwo14), s);
+    const u32 word = i < 4 ? lo : hi;
+    const u32 byte = (word >> ((i & 3) * 8)) & 0xFFu;
+    const u32 e0 = ptx::f32_to_f16_rn(e2m1_value(byte & 0xFu) * s);
+    const u32 e1 = ptx::f32_to_f16_rn(e2m1_value(byte >> 4) * s);
+    out[i] = e0 | (e1 << 16);
   }
 }
 
