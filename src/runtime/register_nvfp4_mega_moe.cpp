@@ -96,13 +96,17 @@ Nvfp4LaunchShape nvfp4_launch_shape(const MoEConfig& c, int block_m, Nvfp4Kernel
     throw Unsupported("nvfp4_mega_moe: H or I too large for the SM90 kernel's token tile (" +
                       std::to_string(std::max(c.shape.hidden, c.shape.intermediate)) + ")");
   }
-  // Shared-memory stages when one block per consumer warp divides both phases, the token tile is
-  // one 8-token MMA tile (the producer warp caps the CTA at 96 registers a thread: two token
-  // tiles' accumulators and fragments spill), and at least 4 stages fit next to it (the deepest
-  // that fits, up to 8); else the register ring.
+  // Shared-memory stages when one block per consumer warp divides both phases, the kernel fits
+  // the 96 registers a thread that the producer warp leaves, and at least 4 stages fit next to
+  // the token tile (the deepest that fits, up to 8); else the register ring. 8-token tiles always
+  // fit the registers; 16-token tiles only in the single-rank, bf16-combine kernel (the
+  // multi-rank and FP8-combine builds spill: tests/cpu/test_nvfp4_kernel_compile.cpp compiles
+  // each), and at H = 4096 four stages fit beside them (dsv4-flash T = 512: 8 % faster than the
+  // ring, bench/NOTES.md), at H = 6144 none.
   if (pipelined) {
+    const bool registers_fit = l.token_subtile == 8 || (c.num_ranks == 1 && !c.fp8_combine);
     const bool divisible = (c.shape.hidden / 128) % l.ksplit == 0 &&
-                           (c.shape.intermediate / 128) % l.ksplit == 0 && l.token_subtile == 8;
+                           (c.shape.intermediate / 128) % l.ksplit == 0 && registers_fit;
     int best = 0;
     for (int st = 8; st >= 4 && best == 0 && divisible; --st) {
       if (smem_for(c, block_m, l.token_subtile, l.ksplit, st) <= kMaxDynamicSmem) best = st;
@@ -112,8 +116,9 @@ Nvfp4LaunchShape nvfp4_launch_shape(const MoEConfig& c, int block_m, Nvfp4Kernel
     if (l.stages > 0 && (!divisible || smem_for(c, block_m, l.token_subtile, l.ksplit, l.stages) >
                                            kMaxDynamicSmem)) {
       throw_invalid("MEGAMOE_NVFP4_STAGES",
-                    "needs H / 128 and I / 128 divisible by the K split, an 8-token sub-tile and "
-                    "the stages to fit in shared memory next to it",
+                    "needs H / 128 and I / 128 divisible by the K split, an 8-token sub-tile (or "
+                    "16 tokens with one rank and bf16 combine) and the stages to fit in shared "
+                    "memory next to it",
                     std::to_string(l.stages));
     }
   }

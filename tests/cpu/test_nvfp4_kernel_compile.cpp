@@ -186,6 +186,19 @@ TEST(Nvfp4KernelCompile, TuningOverridesAreChecked) {
   EXPECT_EQ(staged.stages, 8);
   EXPECT_EQ(staged.threads, 544);
   {
+    // 16-token tiles: stages beside a tile of H = 4096 with one rank and bf16 combine (4 fit);
+    // the multi-rank and FP8-combine kernels keep the register ring (their builds spill).
+    EXPECT_EQ(runtime::nvfp4_launch_shape(c, 16, pipelined).stages, 4);
+    MoEConfig two = c;
+    two.num_ranks = 2;
+    EXPECT_EQ(runtime::nvfp4_launch_shape(two, 16, pipelined).stages, 0);
+    MoEConfig fp8 = c;
+    fp8.fp8_combine = true;
+    EXPECT_EQ(runtime::nvfp4_launch_shape(fp8, 16, pipelined).stages, 0);
+    test::ScopedEnv forced("MEGAMOE_NVFP4_STAGES", "4");
+    EXPECT_THROW(runtime::nvfp4_launch_shape(two, 16, pipelined), InvalidArgument);
+  }
+  {
     // A 16-token tile of H = 6144 leaves no room for 4 stages: the register ring.
     const MoEConfig wide = config(6144, 3072, 32, 8, 1, 512);
     EXPECT_EQ(runtime::nvfp4_launch_shape(wide, 16, pipelined).stages, 0);
