@@ -55,11 +55,12 @@ TEST(Nvfp4KernelCompile, SmallShapesEveryRankCountAndTile) {
   }
 }
 
-// The GPU sanitizer case (tests/gpu/test_nvfp4_mega_moe.cpp, SanitizerSizedCase): two ranks,
-// H / 128 = I / 128 = 4 blocks, so the 8-token tiles take the shared-memory stages.
-TEST(Nvfp4KernelCompile, SanitizerShape) {
-  const MoEConfig c = config(512, 512, 8, 6, 2, 16);
-  for (int bm : {8, 16}) compile_and_check(c, bm);
+// The GPU sanitizer cases (tests/gpu/test_nvfp4_mega_moe.cpp, SanitizerSizedCase), two ranks:
+// H / 128 = I / 128 = 4 blocks (shared-memory stages) and I / 128 = 1 (register ring).
+TEST(Nvfp4KernelCompile, SanitizerShapes) {
+  for (const MoEConfig& c : {config(512, 512, 8, 6, 2, 16), config(256, 128, 8, 6, 2, 16)}) {
+    for (int bm : {8, 16}) compile_and_check(c, bm);
+  }
 }
 
 TEST(Nvfp4KernelCompile, DecodePresets) {

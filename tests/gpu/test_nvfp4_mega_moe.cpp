@@ -447,19 +447,22 @@ TEST_F(Nvfp4MegaMoe, EndToEndWithLibraryPreDispatch) {
   run_case(c, /*library_dispatch=*/true);
 }
 
-// Small enough for compute-sanitizer; H / 128 and I / 128 divisible by the K split so that the
-// 8-token tiles run the shared-memory stages and the producer warp.
+// Small enough for compute-sanitizer, once per weight-streaming mode: H = I = 512 (H / 128 and
+// I / 128 divide by the K split) runs the shared-memory stages and the producer warp; I = 128
+// (one block) runs the register ring.
 TEST_F(Nvfp4MegaMoe, SanitizerSizedCase) {
-  Case c;
-  c.hidden = 512;
-  c.inter = 512;
-  c.experts = 8;
-  c.ranks = 2;
-  c.top_k = 6;
-  c.tokens = 5;
-  c.t_max = 16;
-  c.routing = Routing::masked;
-  run_case(c);
+  for (std::int64_t inter : {std::int64_t{512}, std::int64_t{128}}) {
+    Case c;
+    c.hidden = inter == 512 ? 512 : 256;
+    c.inter = inter;
+    c.experts = 8;
+    c.ranks = 2;
+    c.top_k = 6;
+    c.tokens = 5;
+    c.t_max = 16;
+    c.routing = Routing::masked;
+    run_case(c);
+  }
 }
 
 TEST_F(Nvfp4MegaMoe, GraphReplayMatchesEagerBitwise) {
