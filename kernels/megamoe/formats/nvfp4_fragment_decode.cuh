@@ -34,10 +34,10 @@ MEGAMOE_DEVICE HalfFragment decode_weight_word(u32 word, u32 sp) {
   constexpr u32 kMag = 0x0E000E00u;
   constexpr u32 kSign = 0x80008000u;
   HalfFragment f;
-  f.a0 = ptx::hmul2_by_lo(word & kFull, sp);
-  f.a1 = ptx::hmul2_by_hi((word << 3) & kFull, sp);
-  f.a2 = ptx::hmul2_by_lo(((word << 9) & kMag) | ((word << 2) & kSign), sp);
-  f.a3 = ptx::hmul2_by_hi(((word << 6) & kMag) | ((word << 1) & kSign), sp);
+  f.a0 = ptx::hmul2_by_half<0>(word & kFull, sp);
+  f.a1 = ptx::hmul2_by_half<1>((word << 3) & kFull, sp);
+  f.a2 = ptx::hmul2_by_half<0>(((word << 9) & kMag) | ((word << 2) & kSign), sp);
+  f.a3 = ptx::hmul2_by_half<1>(((word << 6) & kMag) | ((word << 1) & kSign), sp);
   return f;
 }
 

@@ -59,23 +59,19 @@ MEGAMOE_DEVICE u32 hmul2(u32 a, u32 b) {
   return d;
 }
 
-// a * {lo(b), lo(b)} and a * {hi(b), hi(b)}: one half of b broadcast to both lanes. ptxas folds
-// the broadcast into the multiply's operand selector (.H0_H0 / .H1_H1), so a pair of scales
-// costs one register and no extra instruction per use.
-MEGAMOE_DEVICE u32 hmul2_by_lo(u32 a, u32 b) {
+// a * {half HALF of b, the same}: one half of b (0 = low, 1 = high) broadcast to both lanes.
+// ptxas folds the broadcast into the multiply's operand selector (.H0_H0 / .H1_H1), so a pair of
+// scales costs one register and no extra instruction per use.
+template <int HALF>
+MEGAMOE_DEVICE u32 hmul2_by_half(u32 a, u32 b) {
+  static_assert(HALF == 0 || HALF == 1, "a half is 0 (low) or 1 (high)");
+  unsigned short lo, hi;
+  asm("mov.b32 {%0, %1}, %2;" : "=h"(lo), "=h"(hi) : "r"(b));  // a register split: no instruction
+  const unsigned short h = HALF == 0 ? lo : hi;
   u32 d;
-  asm("{\n .reg .b16 l, h;\n .reg .b32 s;\n mov.b32 {l, h}, %2;\n mov.b32 s, {l, l};\n"
-      " mul.rn.f16x2 %0, %1, s;\n}"
+  asm("{\n .reg .b32 s;\n mov.b32 s, {%2, %2};\n mul.rn.f16x2 %0, %1, s;\n}"
       : "=r"(d)
-      : "r"(a), "r"(b));
-  return d;
-}
-MEGAMOE_DEVICE u32 hmul2_by_hi(u32 a, u32 b) {
-  u32 d;
-  asm("{\n .reg .b16 l, h;\n .reg .b32 s;\n mov.b32 {l, h}, %2;\n mov.b32 s, {h, h};\n"
-      " mul.rn.f16x2 %0, %1, s;\n}"
-      : "=r"(d)
-      : "r"(a), "r"(b));
+      : "r"(a), "h"(h));
   return d;
 }
 
