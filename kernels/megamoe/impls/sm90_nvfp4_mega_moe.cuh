@@ -17,6 +17,7 @@
 #include "megamoe/formats/exact_codecs.cuh"
 #include "megamoe/formats/nvfp4_fragment_decode.cuh"
 #include "megamoe/ptx/mma_sm90.cuh"
+#include "megamoe/ptx/vector_memory.cuh"
 
 namespace megamoe::device {
 
@@ -140,7 +141,7 @@ MEGAMOE_DEVICE void warp_gemm(const u8* wq, const u8* wsf, const u16* b, int liv
   const u8* sp = wsf + g * 16;
   const u16* brow = b + g * (KMAX + 8) + 2 * t;
 
-  ptx::u32x4v q0[P], q1[P], sc[P];
+  ptx::u32x4 q0[P], q1[P], sc[P];
 #pragma unroll
   for (int p = 0; p < P; ++p) {
     if (p < nbw) {
@@ -375,7 +376,7 @@ MEGAMOE_DEVICE void fc2_store_bf16_slots(const Nvfp4MoeArgs& a, const S& s, u16*
     u8* slot =
         a.base[s.route_src[r]] + a.off_combine +
         ((static_cast<u64>(s.route_k[r]) * TMAX + s.route_tok[r]) * H + col * 64 + chunk * 8) * 2;
-    ptx::store_16(slot, *reinterpret_cast<const ptx::u32x4v*>(ys + i * 64 + chunk * 8));
+    ptx::store_global_16(slot, *reinterpret_cast<const ptx::u32x4*>(ys + i * 64 + chunk * 8));
   }
 }
 
@@ -408,7 +409,7 @@ MEGAMOE_DEVICE void combine_rank_tokens(const Nvfp4MoeArgs& a, u8* mine, int ran
           sum[j] += __fmul_rn(exact::e4m3_value((q[j >> 2] >> (8 * (j & 3))) & 0xFFu), scale);
         }
       } else {
-        const ptx::u32x4v v = ptx::load_16(slots + (row * H + c * 8) * 2);
+        const ptx::u32x4 v = ptx::load_16(slots + (row * H + c * 8) * 2);
         const u32 w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
@@ -423,8 +424,8 @@ MEGAMOE_DEVICE void combine_rank_tokens(const Nvfp4MoeArgs& a, u8* mine, int ran
       ow[j] = static_cast<u32>(ptx::f32_to_bf16_rn(sum[2 * j])) |
               (static_cast<u32>(ptx::f32_to_bf16_rn(sum[2 * j + 1])) << 16);
     }
-    ptx::store_16(out + static_cast<u64>(t) * a.out_pitch[rank] + c * 8,
-                  ptx::u32x4v{ow[0], ow[1], ow[2], ow[3]});
+    ptx::store_global_16(out + static_cast<u64>(t) * a.out_pitch[rank] + c * 8,
+                         ptx::u32x4{ow[0], ow[1], ow[2], ow[3]});
   }
 }
 

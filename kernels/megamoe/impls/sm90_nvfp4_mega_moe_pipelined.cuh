@@ -33,11 +33,11 @@ struct Stream {
 
 template <int RING>
 struct Ring {
-  ptx::u32x4v q0[RING], q1[RING], sc[RING];
+  ptx::u32x4 q0[RING], q1[RING], sc[RING];
 };
 
 template <int KW>
-MEGAMOE_DEVICE void load_slot(ptx::u32x4v& q0, ptx::u32x4v& q1, ptx::u32x4v& sc, const Stream& s,
+MEGAMOE_DEVICE void load_slot(ptx::u32x4& q0, ptx::u32x4& q1, ptx::u32x4& sc, const Stream& s,
                               int j, int kh, int lane) {
   const int blk = kh + KW * j;
   const u8* q = s.q + blk * 1024 + lane * 16;
@@ -116,11 +116,11 @@ MEGAMOE_DEVICE void block_mma(const u32 (&words)[8], const u32 (&scw)[4], int bl
 #pragma unroll
   for (int q2 = 0; q2 < 4; ++q2) {
     // Steps 2 q2 and 2 q2 + 1: one 16-byte B load per token tile.
-    ptx::u32x4v bv[NT];
+    ptx::u32x4 bv[NT];
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
-      bv[nt] = *reinterpret_cast<const ptx::u32x4v*>(brow + nt * 8 * (KMAX + 8) +
-                                                     paired_load_index(blk, q2, t));
+      bv[nt] = *reinterpret_cast<const ptx::u32x4*>(brow + nt * 8 * (KMAX + 8) +
+                                                    paired_load_index(blk, q2, t));
     }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -190,9 +190,9 @@ MEGAMOE_DEVICE void consume_staged(const u8* ring, u64* full, u64* empty, StageP
   for (int j = 0; j < nbw; ++j) {
     ptx::mbarrier_wait_parity(full + pos.stage, pos.parity);
     const u8* st = ring + pos.stage * kStageBytes<KW>;
-    const ptx::u32x4v q0 = *reinterpret_cast<const ptx::u32x4v*>(st + q_off);
-    const ptx::u32x4v q1 = *reinterpret_cast<const ptx::u32x4v*>(st + q_off + 512);
-    const ptx::u32x4v sc = *reinterpret_cast<const ptx::u32x4v*>(st + s_off);
+    const ptx::u32x4 q0 = *reinterpret_cast<const ptx::u32x4*>(st + q_off);
+    const ptx::u32x4 q1 = *reinterpret_cast<const ptx::u32x4*>(st + q_off + 512);
+    const ptx::u32x4 sc = *reinterpret_cast<const ptx::u32x4*>(st + s_off);
     const u32 words[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
     const u32 scw[4] = {sc.x, sc.y, sc.z, sc.w};
     // Every lane's reads precede lane 0's release (the arrival has release semantics).

@@ -4,47 +4,6 @@
 
 namespace megamoe::device::ptx {
 
-struct u32x4v {
-  u32 x, y, z, w;
-};
-
-// Streaming 16-byte load of data read exactly once by this grid (weights): skip L1.
-MEGAMOE_DEVICE u32x4v load_stream_16(const void* p) {
-  u32x4v v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
-// 16-byte load through L2 (data written earlier in this launch by other CTAs or ranks).
-MEGAMOE_DEVICE u32x4v load_16(const void* p) {
-  u32x4v v;
-  asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p)
-               : "memory");
-  return v;
-}
-
-// 8-byte load through L2 (data written earlier in this launch by other CTAs or ranks).
-MEGAMOE_DEVICE void load_8(const void* p, u32& lo, u32& hi) {
-  asm volatile("ld.global.cg.v2.u32 {%0, %1}, [%2];" : "=r"(lo), "=r"(hi) : "l"(p) : "memory");
-}
-
-// f32 load through L2 (see load_8).
-MEGAMOE_DEVICE float load_f32_cg(const void* p) {
-  float v;
-  asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
-  return v;
-}
-
-MEGAMOE_DEVICE void store_16(void* p, u32x4v v) {
-  asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z),
-               "r"(v.w)
-               : "memory");
-}
-
 // Byte permute: result byte i = byte sel_i of {b:a} (prmt.b32 default mode).
 MEGAMOE_DEVICE u32 prmt(u32 a, u32 b, u32 sel) {
   u32 d;
