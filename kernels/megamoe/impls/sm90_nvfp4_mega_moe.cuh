@@ -286,6 +286,17 @@ MEGAMOE_DEVICE int plan_tiles(const Nvfp4MoeArgs& a, S& s, int first_expert) {
   return total_tiles * BM > a.pool_rows ? a.pool_rows / BM : total_tiles;
 }
 
+// FC1 token operand of route r of the current tile (s.route_src / s.route_tok): the token's
+// NVFP4 row and its scale row in the source rank's buffer.
+template <class S>
+MEGAMOE_DEVICE const u8* fc1_token_row(const Nvfp4MoeArgs& a, const S& s, int r) {
+  return a.base[s.route_src[r]] + a.off_x + s.route_tok[r] * a.pitch_x;
+}
+template <class S>
+MEGAMOE_DEVICE const u8* fc1_token_sf_row(const Nvfp4MoeArgs& a, const S& s, int r) {
+  return a.base[s.route_src[r]] + a.off_x_sf + s.route_tok[r] * a.pitch_x_sf;
+}
+
 // One warp: the routes of expert `want` (global id) in (src_rank, token, k) order, keeping ranks
 // [tile * BM, tile * BM + BM) in s.route_src / route_tok / route_k. Eight independent loads per
 // lane before the first ballot: the scan is latency bound.
@@ -521,15 +532,8 @@ __global__ void __launch_bounds__(kNvfp4Threads, 1)
         const int sub_live = min(NS, live - sub * NS);
         __syncthreads();  // s.b and s.tile are free
         nvfp4_moe::load_token_tile<H, KMAX, false>(
-            s.b, sub_live,
-            [&](int i) {
-              const int r = sub * NS + i;
-              return a.base[s.route_src[r]] + a.off_x + s.route_tok[r] * a.pitch_x;
-            },
-            [&](int i) {
-              const int r = sub * NS + i;
-              return a.base[s.route_src[r]] + a.off_x_sf + s.route_tok[r] * a.pitch_x_sf;
-            });
+            s.b, sub_live, [&](int i) { return nvfp4_moe::fc1_token_row(a, s, sub * NS + i); },
+            [&](int i) { return nvfp4_moe::fc1_token_sf_row(a, s, sub * NS + i); });
         __syncthreads();
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)

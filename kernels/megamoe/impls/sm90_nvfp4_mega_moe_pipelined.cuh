@@ -476,15 +476,8 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
       Sync::sync();  // s.b is no longer read
       const int sub = cur.sub;
       load_token_tile_paired<H, KMAX, NS, kThreads, false>(
-          s.b, sub_live,
-          [&](int i) {
-            const int r = sub * NS + i;
-            return a.base[s.route_src[r]] + a.off_x + s.route_tok[r] * a.pitch_x;
-          },
-          [&](int i) {
-            const int r = sub * NS + i;
-            return a.base[s.route_src[r]] + a.off_x_sf + s.route_tok[r] * a.pitch_x_sf;
-          });
+          s.b, sub_live, [&](int i) { return nvfp4_moe::fc1_token_row(a, s, sub * NS + i); },
+          [&](int i) { return nvfp4_moe::fc1_token_sf_row(a, s, sub * NS + i); });
       Sync::sync();
     }
     if (fresh_routes) {

@@ -98,6 +98,20 @@ MEGAMOE_DEVICE void publish_routes(const PreDispatchParams& p, int row, int lane
   if (lane == 0 && bad_lanes != 0) atomicAdd(p.error_count, static_cast<u32>(__popc(bad_lanes)));
 }
 
+// Routing metadata of the padding rows [T, T_max): id -1, weight 0. Grid-strided: this thread
+// is `thread` of `threads`.
+template <int kTopK, int kMaxTokens>
+MEGAMOE_DEVICE void pad_routes(const PreDispatchParams& p, i64 thread, i64 threads) {
+  const i64 entries = (static_cast<i64>(kMaxTokens) - p.num_tokens) * kTopK;
+  const i64 base = static_cast<i64>(p.num_tokens) * kTopK;
+  for (i64 e = thread; e < entries; e += threads) {
+    const i64 r = (base + e) / kTopK;
+    const i64 k = (base + e) % kTopK;
+    p.out_idx[r * p.out_route_pitch + k] = -1;
+    p.out_weights[r * p.out_route_pitch + k] = 0.0f;
+  }
+}
+
 }  // namespace pre_dispatch_detail
 
 // Loads one thread's group of a row: kGroup / 8 16-byte loads (zeros for idle threads).
@@ -257,16 +271,8 @@ __global__ void __launch_bounds__(kPreDispatchThreads<kHidden, kFormat>)
     quantize_row<kHidden, kFormat, kUe8m0Scales, kHwE4m3>(p, row, tid, active, packed, amax_slots);
   }
 
-  // Padding rows [T, T_max) of the routing metadata.
-  const i64 entries = (static_cast<i64>(kMaxTokens) - p.num_tokens) * kTopK;
-  const i64 base = static_cast<i64>(p.num_tokens) * kTopK;
-  for (i64 e = static_cast<i64>(blockIdx.x) * kThreads + tid; e < entries;
-       e += static_cast<i64>(stride) * kThreads) {
-    const i64 r = (base + e) / kTopK;
-    const i64 k = (base + e) % kTopK;
-    p.out_idx[r * p.out_route_pitch + k] = -1;
-    p.out_weights[r * p.out_route_pitch + k] = 0.0f;
-  }
+  pre_dispatch_detail::pad_routes<kTopK, kMaxTokens>(
+      p, static_cast<i64>(blockIdx.x) * kThreads + tid, static_cast<i64>(stride) * kThreads);
   ptx::griddep_launch_dependents();
 }
 

@@ -160,16 +160,8 @@ __global__ void __launch_bounds__(32 * kFp4RowsWarpsPerCta)
     }
   }
 
-  // Padding rows [T, T_max) of the routing metadata.
-  const i64 entries = (static_cast<i64>(kMaxTokens) - p.num_tokens) * kTopK;
-  const i64 base = static_cast<i64>(p.num_tokens) * kTopK;
-  for (i64 e = static_cast<i64>(blockIdx.x) * kThreads + tid; e < entries;
-       e += static_cast<i64>(gridDim.x) * kThreads) {
-    const i64 r = (base + e) / kTopK;
-    const i64 k = (base + e) % kTopK;
-    p.out_idx[r * p.out_route_pitch + k] = -1;
-    p.out_weights[r * p.out_route_pitch + k] = 0.0f;
-  }
+  pre_dispatch_detail::pad_routes<kTopK, kMaxTokens>(
+      p, static_cast<i64>(blockIdx.x) * kThreads + tid, static_cast<i64>(gridDim.x) * kThreads);
   ptx::griddep_launch_dependents();
 }
 
