@@ -36,8 +36,8 @@ MEGAMOE_DEVICE HalfFragment decode_weight_word(u32 word, u32 sp) {
   HalfFragment f;
   f.a0 = ptx::hmul2_by_half<0>(word & kFull, sp);
   f.a1 = ptx::hmul2_by_half<1>((word << 3) & kFull, sp);
-  f.a2 = ptx::hmul2_by_half<0>(((word << 9) & kMag) | ((word << 2) & kSign), sp);
-  f.a3 = ptx::hmul2_by_half<1>(((word << 6) & kMag) | ((word << 1) & kSign), sp);
+  f.a2 = ptx::hmul2_by_half<0>(((word & 0x20072007u) * 516u) & kFull, sp);
+  f.a3 = ptx::hmul2_by_half<1>(((word & 0x40384038u) * 66u) & kFull, sp);
   return f;
 }
 

@@ -104,23 +104,28 @@ MEGAMOE_DEVICE void load_token_tile_paired(u16* b, int live, RowPtr row_ptr, SfP
   }
 }
 
-// acc[nt] += one block of the warp's weights (16 rows x 128 k: `words` = its 8 nibble words,
-// `scw` = its 16 scale bytes, as this lane holds them) x the token tile's rows of block `blk`
-// (all NT 8-row tiles: rows past the live tokens are zero).
-template <int KMAX, int NT>
-MEGAMOE_DEVICE void block_mma(const u32 (&words)[8], const u32 (&scw)[4], int blk, const u16* b,
-                              float (&acc)[NT][4]) {
+// This lane's view of the token tile at 128-k block `blk` (its row g and quad t): block_mma
+// reads from here, and the next block of the warp is `KW * 128` elements further.
+template <int KMAX>
+MEGAMOE_DEVICE const u16* lane_token_block(const u16* b, int blk) {
   const int lane = threadIdx.x & 31;
-  const int g = lane >> 2, t = lane & 3;
-  const u16* brow = b + g * (KMAX + 8);
+  return b + (lane >> 2) * (KMAX + 8) + paired_load_index(blk, 0, lane & 3);
+}
+
+// acc[nt] += one block of the warp's weights (16 rows x 128 k: `words` = its 8 nibble words,
+// `scw` = its 16 scale bytes, as this lane holds them) x the token tile's rows of that block
+// (`bl` = lane_token_block; all NT 8-row tiles: rows past the live tokens are zero).
+template <int KMAX, int NT>
+MEGAMOE_DEVICE void block_mma(const u32 (&words)[8], const u32 (&scw)[4], const u16* bl,
+                              float (&acc)[NT][4]) {
 #pragma unroll
   for (int q2 = 0; q2 < 4; ++q2) {
     // Steps 2 q2 and 2 q2 + 1: one 16-byte B load per token tile.
     ptx::u32x4 bv[NT];
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
-      bv[nt] = *reinterpret_cast<const ptx::u32x4*>(brow + nt * 8 * (KMAX + 8) +
-                                                    paired_load_index(blk, q2, t));
+      bv[nt] = *reinterpret_cast<const ptx::u32x4*>(bl + nt * 8 * (KMAX + 8) +
+                                                    paired_load_index(0, q2, 0));
     }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -145,6 +150,7 @@ MEGAMOE_DEVICE void consume(Ring<RING>& ring, const Stream& cur, const Stream& n
                             float (&acc)[NT][4]) {
   const int lane = threadIdx.x & 31;
   const int kh = (threadIdx.x >> 5) >> 2;
+  const u16* bl = lane_token_block<KMAX>(b, kh);
   for (int j0 = 0; j0 < cur.w; j0 += RING) {
 #pragma unroll
     for (int p = 0; p < RING; ++p) {
@@ -152,7 +158,7 @@ MEGAMOE_DEVICE void consume(Ring<RING>& ring, const Stream& cur, const Stream& n
       const u32 words[8] = {ring.q0[p].x, ring.q0[p].y, ring.q0[p].z, ring.q0[p].w,
                             ring.q1[p].x, ring.q1[p].y, ring.q1[p].z, ring.q1[p].w};
       const u32 scw[4] = {ring.sc[p].x, ring.sc[p].y, ring.sc[p].z, ring.sc[p].w};
-      if (j < cur.nbw) block_mma<KMAX, NT>(words, scw, kh + KW * j, b, acc);
+      if (j < cur.nbw) block_mma<KMAX, NT>(words, scw, bl + KW * 128 * j, acc);
       // Refill the slot once its words are decoded (a refill before the decode would make the
       // compiler copy the 12 live words aside: 24 moves per block).
       const int jn = j + RING;
@@ -187,7 +193,8 @@ MEGAMOE_DEVICE void consume_staged(const u8* ring, u64* full, u64* empty, StageP
   const int rg = warp & 3, kh = warp >> 2;
   const int q_off = rg * KW * 1152 + kh * 1024 + lane * 16;
   const int s_off = rg * KW * 1152 + KW * 1024 + kh * 128 + (lane >> 2) * 16;
-  for (int j = 0; j < nbw; ++j) {
+  const u16* bl = lane_token_block<KMAX>(b, kh);
+  for (int j = 0; j < nbw; ++j, bl += KW * 128) {
     ptx::mbarrier_wait_parity(full + pos.stage, pos.parity);
     const u8* st = ring + pos.stage * kStageBytes<KW>;
     const ptx::u32x4 q0 = *reinterpret_cast<const ptx::u32x4*>(st + q_off);
@@ -195,10 +202,9 @@ MEGAMOE_DEVICE void consume_staged(const u8* ring, u64* full, u64* empty, StageP
     const ptx::u32x4 sc = *reinterpret_cast<const ptx::u32x4*>(st + s_off);
     const u32 words[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
     const u32 scw[4] = {sc.x, sc.y, sc.z, sc.w};
-    // Every lane's reads precede lane 0's release (the arrival has release semantics).
-    __syncwarp();
-    if (lane == 0) ptx::mbarrier_arrive(empty + pos.stage);
-    block_mma<KMAX, NT>(words, scw, kh + KW * j, b, acc);
+    // Every lane releases its own reads (the arrival has release semantics): no warp sync.
+    ptx::mbarrier_arrive(empty + pos.stage);
+    block_mma<KMAX, NT>(words, scw, bl, acc);
     if (++pos.stage == STAGES) {
       pos.stage = 0;
       pos.parity ^= 1u;
@@ -319,7 +325,7 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
     // per consumer warp. Visible to the copy engine and every warp after phase 0's barriers.
     for (int p = 0; p < (kStaged ? STAGES : 0); ++p) {
       ptx::mbarrier_init(s.full + p, 1);
-      ptx::mbarrier_init(s.empty + p, kWarps);
+      ptx::mbarrier_init(s.empty + p, kThreads);
     }
     ptx::fence_mbarrier_init();
   }
