@@ -71,7 +71,7 @@ for stage in "$@"; do
       grep -E "nvfp4|mxfp4|fp8|Copy|copy" "$O/pre_dispatch_h7168.md" >>"$S" ;;
     sanitizer)
       for tool in memcheck racecheck synccheck; do
-        MEGAMOE_PEER_TIMEOUT_MS=60000 timeout 90 compute-sanitizer --tool $tool \
+        MEGAMOE_PEER_TIMEOUT_MS=60000 timeout 150 compute-sanitizer --tool $tool \
           "$B/gpu_test_nvfp4_mega_moe" --gtest_filter='*SanitizerSizedCase' >"$O/san_$tool.log" 2>&1
         echo "$tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$O/san_$tool.log" | tail -1)" >>"$S"
       done ;;

@@ -22,6 +22,7 @@ struct Nvfp4LaunchShape {
   int ksplit = 2;          // warps splitting K per row group (2 or 4; `simple`: 2)
   int ring = 0;            // register ring: weight blocks in flight per warp (`pipelined`)
   int stages = 0;          // shared-memory weight stages (`pipelined`; 0 = register ring)
+  int stage_blocks = 1;    // blocks of 128 k per consumer warp in one stage (1 or 2)
   int token_subtile = 16;  // tokens per shared-memory sub-tile (16, or 8 when 16 do not fit)
   std::size_t smem = 0;    // dynamic shared memory (bytes), mirroring the kernel's Smem struct
 };
@@ -30,8 +31,11 @@ struct Nvfp4LaunchShape {
 //   MEGAMOE_NVFP4_KSPLIT=2|4   warps per row group (pipelined)
 //   MEGAMOE_NVFP4_RING=2..8    ring depth (2..4 with ksplit 4, 4..8 with ksplit 2)
 //   MEGAMOE_NVFP4_STAGES=0|2..8  shared-memory stages filled by a producer warp (0: register
-//                              ring). Default: the deepest of 4..8 that fits next to an 8-token
-//                              tile when H / 128 and I / 128 divide by the K split, else 0.
+//                              ring). Default: the deepest that fits next to the token tile,
+//                              4..8 blocks per consumer warp in flight, when H / 128 and I / 128
+//                              divide by the K split, else 0.
+//   MEGAMOE_NVFP4_STAGE_BLOCKS=1|2  blocks per consumer warp in one stage. Default: 2 when
+//                              H / 128 and I / 128 divide by twice the K split, else 1.
 // The default ring is the deepest that divides both phases' blocks per warp (no slot idles at a
 // unit boundary). Unsupported when not even an 8-token sub-tile fits in shared memory.
 Nvfp4LaunchShape nvfp4_launch_shape(const MoEConfig& config, int block_m,

@@ -21,16 +21,19 @@ constexpr Nvfp4KernelVersion kDefaultVersion = Nvfp4KernelVersion::pipelined;
 constexpr int kDefaultKsplit = 4;
 
 // Mirrors the kernels' Smem structs. `stages` < 0: `simple` (no stage ring); 0: the pipelined
-// kernel's register ring (a 32-byte placeholder); > 0: that many weight stages.
-std::size_t smem_for(const MoEConfig& c, int block_m, int ns, int ksplit, int stages) {
+// kernel's register ring (a 32-byte placeholder); > 0: that many weight stages of
+// `stage_blocks` blocks per consumer warp.
+std::size_t smem_for(const MoEConfig& c, int block_m, int ns, int ksplit, int stages,
+                     int stage_blocks = 1) {
   const auto kmax = static_cast<std::size_t>(std::max(c.shape.hidden, c.shape.intermediate));
   const auto el = static_cast<std::size_t>(c.experts_per_rank());
   const auto n = static_cast<std::size_t>(ns);
   const auto bm = static_cast<std::size_t>(block_m);
   const auto kw = static_cast<std::size_t>(ksplit);
+  const std::size_t stage_bytes = 4 * kw * static_cast<std::size_t>(stage_blocks) * 1152 + 16;
   const std::size_t ring = stages < 0    ? 0
                            : stages == 0 ? 16 + 2 * 8
-                                         : static_cast<std::size_t>(stages) * (4 * kw * 1152 + 16);
+                                         : static_cast<std::size_t>(stages) * stage_bytes;
   const std::size_t ypair = stages < 0 ? 0 : (c.fp8_combine ? 64 * n * 4 : 4);
   const std::size_t bytes = ring + ypair  // weight stages + barriers, fp8_combine's first half
                             + n * (kmax + 8) * 2                   // token tile, f16
@@ -103,18 +106,32 @@ Nvfp4LaunchShape nvfp4_launch_shape(const MoEConfig& c, int block_m, Nvfp4Kernel
   // multi-rank and FP8-combine builds spill: tests/cpu/test_nvfp4_kernel_compile.cpp compiles
   // each), and at H = 4096 four stages fit beside them (dsv4-flash T = 512: 8 % faster than the
   // ring, bench/NOTES.md), at H = 6144 none.
+  // Two blocks per consumer warp and stage when both phases' block counts allow it: one wait,
+  // one release and one ring step per two blocks (staged loop 158 -> 146 instructions per block,
+  // bench/NOTES.md, v8).
   if (pipelined) {
     const bool registers_fit = l.token_subtile == 8 || (c.num_ranks == 1 && !c.fp8_combine);
-    const bool divisible = (c.shape.hidden / 128) % l.ksplit == 0 &&
-                           (c.shape.intermediate / 128) % l.ksplit == 0 && registers_fit;
+    const auto divides = [&](int step) {
+      return (c.shape.hidden / 128) % step == 0 && (c.shape.intermediate / 128) % step == 0;
+    };
+    const bool divisible = divides(l.ksplit) && registers_fit;
+    l.stage_blocks = env_choice("MEGAMOE_NVFP4_STAGE_BLOCKS", {1, 2}, divides(2 * l.ksplit) ? 2 : 1,
+                                "must be 1 or 2");
+    if (l.stage_blocks == 2 && !divides(2 * l.ksplit)) {
+      throw_invalid("MEGAMOE_NVFP4_STAGE_BLOCKS",
+                    "2 needs H / 128 and I / 128 divisible by twice the K split",
+                    std::to_string(l.stage_blocks));
+    }
+    const auto fits = [&](int st) {
+      return smem_for(c, block_m, l.token_subtile, l.ksplit, st, l.stage_blocks) <= kMaxDynamicSmem;
+    };
     int best = 0;
-    for (int st = 8; st >= 4 && best == 0 && divisible; --st) {
-      if (smem_for(c, block_m, l.token_subtile, l.ksplit, st) <= kMaxDynamicSmem) best = st;
+    for (int blocks = 8; blocks >= 4 && best == 0 && divisible; blocks -= l.stage_blocks) {
+      if (fits(blocks / l.stage_blocks)) best = blocks / l.stage_blocks;
     }
     l.stages = env_choice("MEGAMOE_NVFP4_STAGES", {0, 2, 3, 4, 5, 6, 7, 8}, best,
                           "must be 0 (register ring) or 2..8");
-    if (l.stages > 0 && (!divisible || smem_for(c, block_m, l.token_subtile, l.ksplit, l.stages) >
-                                           kMaxDynamicSmem)) {
+    if (l.stages > 0 && (!divisible || !fits(l.stages))) {
       throw_invalid("MEGAMOE_NVFP4_STAGES",
                     "needs H / 128 and I / 128 divisible by the K split, an 8-token sub-tile (or "
                     "16 tokens with one rank and bf16 combine) and the stages to fit in shared "
@@ -123,7 +140,8 @@ Nvfp4LaunchShape nvfp4_launch_shape(const MoEConfig& c, int block_m, Nvfp4Kernel
     }
   }
   l.threads = 128 * l.ksplit + (l.stages > 0 ? 32 : 0);
-  l.smem = smem_for(c, block_m, l.token_subtile, l.ksplit, pipelined ? l.stages : -1);
+  l.smem =
+      smem_for(c, block_m, l.token_subtile, l.ksplit, pipelined ? l.stages : -1, l.stage_blocks);
   if (pipelined) {
     // Blocks of 128 k per warp and unit in each phase; a depth dividing both keeps every slot
     // busy across unit boundaries (the ring is aligned to each unit's start).
@@ -162,7 +180,8 @@ jit::KernelRequest nvfp4_mega_moe_request(const MoEConfig& c, int block_m,
   const bool pipelined = version == Nvfp4KernelVersion::pipelined;
   if (pipelined) {
     args += ", " + std::to_string(l.ring) + ", " + std::to_string(l.ksplit) + ", " +
-            std::to_string(l.stages) + ", " + (c.fp8_combine ? "1" : "0");
+            std::to_string(l.stages) + ", " + std::to_string(l.stage_blocks) + ", " +
+            (c.fp8_combine ? "1" : "0");
   } else if (c.fp8_combine) {
     throw Unsupported(
         "nvfp4_mega_moe: config.fp8_combine needs the pipelined kernel (MEGAMOE_NVFP4_KERNEL is "
@@ -176,7 +195,8 @@ jit::KernelRequest nvfp4_mega_moe_request(const MoEConfig& c, int block_m,
             ">";
   r.arch = "sm_90a";
   r.arguments = std::string("H, I, E_local, K, R, BLOCK_M, T_max, NS, act") +
-                (pipelined ? ", ring, ksplit, stages, fp8_combine" : "") + " = " + args;
+                (pipelined ? ", ring, ksplit, stages, stage_blocks, fp8_combine" : "") + " = " +
+                args;
   return r;
 }
 

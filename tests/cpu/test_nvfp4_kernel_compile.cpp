@@ -111,7 +111,8 @@ void check_smem_mirror(const MoEConfig& c, int block_m, runtime::Nvfp4KernelVers
                              ", " + std::to_string(l.token_subtile) + ", " + kmax;
   const std::string smem_type =
       pipelined ? "megamoe::device::nvfp4_pipe::Smem<" + common + ", " + std::to_string(l.ksplit) +
-                      ", " + std::to_string(l.stages) + ", " + (c.fp8_combine ? "1" : "0") + ">"
+                      ", " + std::to_string(l.stages) + ", " + std::to_string(l.stage_blocks) +
+                      ", " + (c.fp8_combine ? "1" : "0") + ">"
                 : "megamoe::device::nvfp4_moe::Smem<" + common + ">";
   jit::KernelRequest r;
   r.name = "nvfp4_smem_mirror";
@@ -182,14 +183,37 @@ TEST(Nvfp4KernelCompile, TuningOverridesAreChecked) {
   }
   test::ScopedEnv r3("MEGAMOE_NVFP4_RING", "3");
   EXPECT_EQ(runtime::nvfp4_launch_shape(c, 8, pipelined).ring, 3);
-  // Stages: 8 fit next to an 8-token tile of H = 4096 (16 consumer warps + the producer).
+  // Stages: 8 blocks per consumer warp fit next to an 8-token tile of H = 4096 (16 consumer
+  // warps + the producer); H / 128 = 32 and I / 128 = 16 divide by 2 x 4: two blocks a stage.
   const runtime::Nvfp4LaunchShape staged = runtime::nvfp4_launch_shape(c, 8, pipelined);
-  EXPECT_EQ(staged.stages, 8);
+  EXPECT_EQ(staged.stage_blocks, 2);
+  EXPECT_EQ(staged.stages, 4);
   EXPECT_EQ(staged.threads, 544);
   {
-    // 16-token tiles: stages beside a tile of H = 4096 with one rank and bf16 combine (4 fit);
-    // the multi-rank and FP8-combine kernels keep the register ring (their builds spill).
-    EXPECT_EQ(runtime::nvfp4_launch_shape(c, 16, pipelined).stages, 4);
+    test::ScopedEnv one("MEGAMOE_NVFP4_STAGE_BLOCKS", "1");
+    const runtime::Nvfp4LaunchShape single = runtime::nvfp4_launch_shape(c, 8, pipelined);
+    EXPECT_EQ(single.stage_blocks, 1);
+    EXPECT_EQ(single.stages, 8);
+    EXPECT_EQ(single.smem - staged.smem,
+              std::size_t{4 * 16});  // the same bytes, 4 more barrier pairs
+  }
+  {
+    test::ScopedEnv bad("MEGAMOE_NVFP4_STAGE_BLOCKS", "4");
+    EXPECT_THROW(runtime::nvfp4_launch_shape(c, 8, pipelined), InvalidArgument);
+  }
+  {
+    // I / 128 = 4 blocks are one per warp of the K split: one block a stage, and 2 is refused.
+    const MoEConfig narrow = config(1024, 512, 32, 8, 1, 512);
+    EXPECT_EQ(runtime::nvfp4_launch_shape(narrow, 8, pipelined).stage_blocks, 1);
+    test::ScopedEnv two("MEGAMOE_NVFP4_STAGE_BLOCKS", "2");
+    EXPECT_THROW(runtime::nvfp4_launch_shape(narrow, 8, pipelined), InvalidArgument);
+  }
+  {
+    // 16-token tiles: stages beside a tile of H = 4096 with one rank and bf16 combine (4 blocks
+    // per warp fit); the multi-rank and FP8-combine kernels keep the register ring (their
+    // builds spill).
+    const runtime::Nvfp4LaunchShape wide_tile = runtime::nvfp4_launch_shape(c, 16, pipelined);
+    EXPECT_EQ(wide_tile.stages * wide_tile.stage_blocks, 4);
     MoEConfig two = c;
     two.num_ranks = 2;
     EXPECT_EQ(runtime::nvfp4_launch_shape(two, 16, pipelined).stages, 0);

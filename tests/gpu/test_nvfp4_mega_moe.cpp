@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "jit_test_support.hpp"
 #include "megamoe/buffer.hpp"
 #include "megamoe/formats.hpp"
 #include "megamoe/heuristics.hpp"
@@ -437,6 +438,26 @@ TEST_F(Nvfp4MegaMoe, DsV4FlashWidths) {
   run_case(c);
 }
 
+// Two blocks per consumer warp and stage (the default when H / 128 and I / 128 divide by twice
+// the K split, as at I = 1024): 8-token tiles across virtual ranks, 16-token tiles at T = 512;
+// the same cases with one block a stage forced must match the oracle too.
+TEST_F(Nvfp4MegaMoe, TwoBlockStagesAndOne) {
+  for (const char* blocks : {"2", "1"}) {
+    test::ScopedEnv env("MEGAMOE_NVFP4_STAGE_BLOCKS", blocks);
+    Case c;
+    c.inter = 1024;
+    c.ranks = 2;
+    c.top_k = 8;
+    c.tokens = 33;
+    c.routing = Routing::masked;
+    run_case(c);
+    Case wide;
+    wide.inter = 1024;
+    wide.tokens = 512;
+    run_case(wide);
+  }
+}
+
 // The whole layer as users call it: mega_moe_pre_dispatch, then nvfp4_mega_moe.
 TEST_F(Nvfp4MegaMoe, EndToEndWithLibraryPreDispatch) {
   Case c;
@@ -447,13 +468,14 @@ TEST_F(Nvfp4MegaMoe, EndToEndWithLibraryPreDispatch) {
   run_case(c, /*library_dispatch=*/true);
 }
 
-// Small enough for compute-sanitizer, once per weight-streaming mode: H = I = 512 (H / 128 and
-// I / 128 divide by the K split) runs the shared-memory stages and the producer warp; I = 128
-// (one block) runs the register ring.
+// Small enough for compute-sanitizer, once per weight-streaming mode: H = I = 1024 (H / 128 and
+// I / 128 divide by twice the K split) runs shared-memory stages of two blocks per consumer
+// warp, H = I = 512 (they divide by the K split) stages of one block, both with the producer
+// warp; I = 128 (one block) runs the register ring.
 TEST_F(Nvfp4MegaMoe, SanitizerSizedCase) {
-  for (std::int64_t inter : {std::int64_t{512}, std::int64_t{128}}) {
+  for (std::int64_t inter : {std::int64_t{1024}, std::int64_t{512}, std::int64_t{128}}) {
     Case c;
-    c.hidden = inter == 512 ? 512 : 256;
+    c.hidden = inter == 128 ? 256 : inter;
     c.inter = inter;
     c.experts = 8;
     c.ranks = 2;

@@ -7,7 +7,7 @@
 // owns. Work units are ordered (tile, sub-tile, column). Two ways to stream the weights:
 //   STAGES = 0  every warp keeps a ring of RING blocks in registers (ld.global.nc);
 //   STAGES > 0  one producer warp fills a ring of STAGES shared-memory stages with bulk copies
-//               (one stage = one block of 128 k for every consumer warp), the consumer warps wait
+//               (one stage = SB blocks of 128 k for every consumer warp), the consumer warps wait
 //               on each stage's mbarrier and release it; no weight bytes in registers.
 #include "megamoe/impls/sm90_nvfp4_mega_moe.cuh"
 #include "megamoe/ptx/bulk_copy.cuh"
@@ -171,10 +171,12 @@ MEGAMOE_DEVICE void consume(Ring<RING>& ring, const Stream& cur, const Stream& n
   }
 }
 
-// Shared-memory stages (STAGES > 0). Stage layout, per row group rg: the nibbles of its KW blocks
-// of this step (KW x 1024 B, contiguous in the weights too), then their scales (KW x 128 B).
-template <int KW>
-inline constexpr int kStageBytes = 4 * KW * 1152;
+// Shared-memory stages (STAGES > 0), SB blocks per consumer warp each. Stage layout, per row
+// group rg: the nibbles of its SB * KW blocks of this step (SB * KW x 1024 B, contiguous in the
+// weights too), then their scales (SB * KW x 128 B). Block d * KW + kh of the step is warp kh's
+// d-th. Two blocks per stage halve the waits, releases and ring arithmetic per block.
+template <int KW, int SB>
+inline constexpr int kStageBytes = 4 * KW* SB * 1152;
 
 // Where the consumer warps are in the stage ring: the next stage they read and the parity of its
 // "full" phase they wait for.
@@ -183,28 +185,32 @@ struct StagePosition {
   u32 parity;
 };
 
-// Staged: acc[nt] += the unit's weights x the token tile, one stage per block of this warp.
-// Barrier full[stage]: the producer's expect_tx arrival + the stage's bytes complete a phase;
-// empty[stage]: lane 0 of every consumer warp arrives once it has read the stage.
-template <int KMAX, int NT, int KW, int STAGES>
+// Staged: acc[nt] += the unit's weights x the token tile, one stage per SB blocks of this warp
+// (nbw, a multiple of SB). Barrier full[stage]: the producer's expect_tx arrival + the stage's
+// bytes complete a phase; empty[stage]: every consumer thread arrives once it has read the stage.
+template <int KMAX, int NT, int KW, int STAGES, int SB>
 MEGAMOE_DEVICE void consume_staged(const u8* ring, u64* full, u64* empty, StagePosition& pos,
                                    int nbw, const u16* b, float (&acc)[NT][4]) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int rg = warp & 3, kh = warp >> 2;
-  const int q_off = rg * KW * 1152 + kh * 1024 + lane * 16;
-  const int s_off = rg * KW * 1152 + KW * 1024 + kh * 128 + (lane >> 2) * 16;
+  const int q_off = rg * SB * KW * 1152 + kh * 1024 + lane * 16;
+  const int s_off = rg * SB * KW * 1152 + SB * KW * 1024 + kh * 128 + (lane >> 2) * 16;
   const u16* bl = lane_token_block<KMAX>(b, kh);
-  for (int j = 0; j < nbw; ++j, bl += KW * 128) {
+  for (int j = 0; j < nbw; j += SB) {
     ptx::mbarrier_wait_parity(full + pos.stage, pos.parity);
-    const u8* st = ring + pos.stage * kStageBytes<KW>;
-    const ptx::u32x4 q0 = *reinterpret_cast<const ptx::u32x4*>(st + q_off);
-    const ptx::u32x4 q1 = *reinterpret_cast<const ptx::u32x4*>(st + q_off + 512);
-    const ptx::u32x4 sc = *reinterpret_cast<const ptx::u32x4*>(st + s_off);
-    const u32 words[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
-    const u32 scw[4] = {sc.x, sc.y, sc.z, sc.w};
-    // Every lane releases its own reads (the arrival has release semantics): no warp sync.
-    ptx::mbarrier_arrive(empty + pos.stage);
-    block_mma<KMAX, NT>(words, scw, bl, acc);
+    const u8* st = ring + pos.stage * kStageBytes<KW, SB>;
+#pragma unroll
+    for (int d = 0; d < SB; ++d, bl += KW * 128) {
+      const ptx::u32x4 q0 = *reinterpret_cast<const ptx::u32x4*>(st + q_off + d * KW * 1024);
+      const ptx::u32x4 q1 = *reinterpret_cast<const ptx::u32x4*>(st + q_off + d * KW * 1024 + 512);
+      const ptx::u32x4 sc = *reinterpret_cast<const ptx::u32x4*>(st + s_off + d * KW * 128);
+      const u32 words[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+      const u32 scw[4] = {sc.x, sc.y, sc.z, sc.w};
+      // After the stage's last read, every lane releases its own reads (the arrival has
+      // release semantics): no warp sync.
+      if (d == SB - 1) ptx::mbarrier_arrive(empty + pos.stage);
+      block_mma<KMAX, NT>(words, scw, bl, acc);
+    }
     if (++pos.stage == STAGES) {
       pos.stage = 0;
       pos.parity ^= 1u;
@@ -215,10 +221,10 @@ MEGAMOE_DEVICE void consume_staged(const u8* ring, u64* full, u64* empty, StageP
 // Shared memory of one CTA (dynamic; src/runtime/register_nvfp4_mega_moe.cpp mirrors its size).
 // ring / full / empty: the weight stages; b: the token tile, f16 [NS][KMAX + 8] in the paired
 // layout; red: split-K partials of the warps with kh >= 1, [kh - 1][row group][lane][NT * 4].
-template <int EL, int BM, int NS, int KMAX, int KW, int STAGES, int FP8C>
+template <int EL, int BM, int NS, int KMAX, int KW, int STAGES, int SB, int FP8C>
 struct Smem {
   // Weight stages and their barriers (STAGES > 0; a token 16 B otherwise).
-  u8 ring[STAGES > 0 ? STAGES* kStageBytes<KW> : 16];
+  u8 ring[STAGES > 0 ? STAGES* kStageBytes<KW, SB> : 16];
   u64 full[STAGES > 0 ? STAGES : 1], empty[STAGES > 0 ? STAGES : 1];
   u16 b[NS * (KMAX + 8)];
   float red[(KW - 1) * 4 * 32 * (NS / 8) * 4];
@@ -273,7 +279,7 @@ MEGAMOE_DEVICE void reduce_tile(S& s, float (&acc)[NT][4]) {
 // blocks kh, kh + KW, ...); with STAGES > 0, warp 4 KW is the producer (its lanes 0..3 issue
 // the bulk copies; it leaves after phase 0 and takes no part in the consumers' barriers).
 template <int H, int I, int EL, int K, int R, int BM, int TMAX, int NS, int ACT, int RING = 4,
-          int KW = 2, int STAGES = 0, int FP8C = 0>
+          int KW = 2, int STAGES = 0, int SB = 1, int FP8C = 0>
 __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
     nvfp4_mega_moe_pipelined_kernel(const __grid_constant__ Nvfp4MoeArgs a) {
   static_assert(H % 128 == 0 && I % 128 == 0, "H and I must be multiples of 128");
@@ -286,8 +292,9 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
                 "ring depth 2..8 (2..4 under the 16-warp register cap)");
   static_assert(STAGES == 0 || (STAGES >= 2 && STAGES <= 8), "0 (register ring) or 2..8 stages");
   static_assert(FP8C == 0 || FP8C == 1, "fp8_combine is a flag");
-  static_assert(STAGES == 0 || ((H / 128) % KW == 0 && (I / 128) % KW == 0),
-                "stages hold one block per consumer warp: H / 128 and I / 128 multiples of KW");
+  static_assert(SB == 1 || SB == 2, "one or two blocks per consumer warp and stage");
+  static_assert(STAGES == 0 || ((H / 128) % (KW * SB) == 0 && (I / 128) % (KW * SB) == 0),
+                "stages hold SB blocks per consumer warp: H / 128 and I / 128 multiples of KW SB");
   using namespace nvfp4_pipe;
   constexpr int kThreads = 128 * KW;  // consumer threads
   constexpr int kWarps = 4 * KW;      // consumer warps
@@ -299,7 +306,7 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
   constexpr int NT = NS / 8;
   constexpr int CT = I / 32;  // FC1 column tiles (32 gate + 32 up rows each)
   constexpr int HT = H / 64;  // FC2 row tiles
-  using S = nvfp4_pipe::Smem<EL, BM, NS, KMAX, KW, STAGES, FP8C>;
+  using S = nvfp4_pipe::Smem<EL, BM, NS, KMAX, KW, STAGES, SB, FP8C>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   S& s = *reinterpret_cast<S*>(smem_raw);
   {
@@ -322,7 +329,8 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
 
   if (kStaged && tid == 0) {
     // full[s]: 1 arrival (the producer's expect_tx) + the stage's bytes; empty[s]: one arrival
-    // per consumer warp. Visible to the copy engine and every warp after phase 0's barriers.
+    // per consumer thread (each releases its own reads). Visible to the copy engine and every
+    // warp after phase 0's barriers.
     for (int p = 0; p < (kStaged ? STAGES : 0); ++p) {
       ptx::mbarrier_init(s.full + p, 1);
       ptx::mbarrier_init(s.empty + p, kThreads);
@@ -371,9 +379,9 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
   if constexpr (kStaged) {
     if (warp == kWarps) {
       // Producer: the warp walks the CTA's units in the consumers' order; per unit and step j it
-      // fills one stage with blocks [KW j, KW j + KW) of the unit's four row groups, once every
-      // consumer warp has released the stage's previous contents. Lane r < 4 copies row group r
-      // (two bulk copies: nibbles and scales are contiguous per row group).
+      // fills one stage with blocks [KW SB j, KW SB (j + 1)) of the unit's four row groups, once
+      // every consumer thread has released the stage's previous contents. Lane r < 4 copies row
+      // group r (two bulk copies: nibbles and scales are contiguous per row group).
       int stage = 0;
       u32 round = 0;
       int prev_tile = -1, e = 0;
@@ -388,15 +396,16 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
         const u64 blk0 = (static_cast<u64>(u.col) * 4 + lane) * nb;  // this lane's row group
         const u8* q = (u.phase == 0 ? a.w13[rank] : a.w2[rank]) + mat + blk0 * 1024;
         const u8* sf = (u.phase == 0 ? a.w13_sf[rank] : a.w2_sf[rank]) + mat / 8 + blk0 * 128;
-        for (int j = 0; j < nb / KW; ++j) {
+        constexpr int kStep = KW * SB;  // blocks per row group and stage
+        for (int j = 0; j < nb / kStep; ++j) {
           if (round > 0) ptx::mbarrier_wait_parity(s.empty + stage, (round - 1) & 1u);
-          u8* dst = s.ring + stage * kStageBytes<KW> + lane * KW * 1152;
-          if (lane == 0) ptx::mbarrier_arrive_expect_tx(s.full + stage, kStageBytes<KW>);
+          u8* dst = s.ring + stage * kStageBytes<KW, SB> + lane * kStep * 1152;
+          if (lane == 0) ptx::mbarrier_arrive_expect_tx(s.full + stage, kStageBytes<KW, SB>);
           __syncwarp();  // the stage's byte count is armed before any of its copies lands
           if (lane < 4) {
-            const u64 blk = static_cast<u64>(j) * KW;
-            ptx::bulk_load(dst, q + blk * 1024, KW * 1024, s.full + stage);
-            ptx::bulk_load(dst + KW * 1024, sf + blk * 128, KW * 128, s.full + stage);
+            const u64 blk = static_cast<u64>(j) * kStep;
+            ptx::bulk_load(dst, q + blk * 1024, kStep * 1024, s.full + stage);
+            ptx::bulk_load(dst + kStep * 1024, sf + blk * 128, kStep * 128, s.full + stage);
           }
           if (++stage == STAGES) {
             stage = 0;
@@ -442,7 +451,7 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
 #pragma unroll
       for (int c = 0; c < 4; ++c) acc[nt][c] = 0.0f;
     if constexpr (kStaged) {
-      consume_staged<KMAX, NT, KW, STAGES>(s.ring, s.full, s.empty, pos, cs.nbw, s.b, acc);
+      consume_staged<KMAX, NT, KW, STAGES, SB>(s.ring, s.full, s.empty, pos, cs.nbw, s.b, acc);
     } else {
       consume<KMAX, NT, RING, KW>(ring, cs, ns, s.b, acc);
     }
