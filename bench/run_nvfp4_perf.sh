@@ -10,6 +10,9 @@
 #           bench4    EP1 bench, pipelined, ring 4
 #           bench@KS/RG  EP1 bench, pipelined, K split KS and ring depth RG (e.g. bench@2/8)
 #           stages@N  EP1 bench, pipelined, N shared-memory weight stages (0: register ring)
+#           sb@N      EP1 bench, N blocks per consumer warp in a shared-memory stage (1 or 2)
+#           base[@L]  EP1 bench with the baseline build BIN/base/bench_nvfp4_mega_moe (another
+#                     commit, for a side-by-side comparison in one call; L labels a repeat)
 #           fp8       EP1 bench with FP8 combine slots (config.fp8_combine)
 #           simple    EP1 bench, simple
 #           ncu       stall reasons of one launch (the bench's first: dsv4-flash T = 1)
@@ -71,6 +74,14 @@ for stage in "$@"; do
       MEGAMOE_NVFP4_STAGES=${stage#stages@} step "bench_s${stage#stages@}" 40 \
         "$bin/bench_nvfp4_mega_moe" "$out/bench_s${stage#stages@}" &&
         benches+=("bench_s${stage#stages@}") ;;
+    sb@*)
+      MEGAMOE_NVFP4_STAGE_BLOCKS=${stage#sb@} step "bench_sb${stage#sb@}" 40 \
+        "$bin/bench_nvfp4_mega_moe" "$out/bench_sb${stage#sb@}" &&
+        benches+=("bench_sb${stage#sb@}") ;;
+    base | base@*)
+      label=bench_base${stage#base}
+      label=${label/@/_}
+      step "$label" 40 "$bin/base/bench_nvfp4_mega_moe" "$out/$label" && benches+=("$label") ;;
     fp8) MEGAMOE_BENCH_FP8_COMBINE=1 step bench_fp8 40 "$bin/bench_nvfp4_mega_moe" \
       "$out/bench_fp8" && benches+=(bench_fp8) ;;
     bench4) MEGAMOE_NVFP4_RING=4 step bench_ring4 40 "$bin/bench_nvfp4_mega_moe" "$out/bench_ring4" &&
