@@ -28,13 +28,40 @@ float f16_to_float(std::uint32_t h) {
   return sign ? -v : v;
 }
 
-// The device decode (nvfp4_fragment_decode.cuh) without the scale multiply: f16x2 registers.
+constexpr std::uint32_t kFull = 0x8E008E00u, kMag = 0x0E000E00u, kSign = 0x80008000u;
+
+// The device decode (nvfp4_fragment_decode.cuh) without the scale multiply: f16x2 registers,
+// with the same mask-multiply-mask operations for a2 and a3.
 void decode_word(std::uint32_t word, std::uint32_t (&r)[4]) {
-  constexpr std::uint32_t kFull = 0x8E008E00u, kMag = 0x0E000E00u, kSign = 0x80008000u;
   r[0] = word & kFull;
   r[1] = (word << 3) & kFull;
-  r[2] = ((word << 9) & kMag) | ((word << 2) & kSign);
-  r[3] = ((word << 6) & kMag) | ((word << 1) & kSign);
+  r[2] = ((word & 0x20072007u) * ((1u << 9) + (1u << 2))) & kFull;
+  r[3] = ((word & 0x40384038u) * ((1u << 6) + (1u << 1))) & kFull;
+}
+
+// The multiply places a2's (a3's) magnitude and sign as two separate shifts would: for every
+// value of the 8 bits each mask keeps, whatever the other 24 bits hold.
+TEST(Nvfp4KernelLayout, MultiplyPlacesLikeTwoShifts) {
+  const int a2_bits[8] = {0, 1, 2, 13, 16, 17, 18, 29};
+  const int a3_bits[8] = {3, 4, 5, 14, 19, 20, 21, 30};
+  for (std::uint32_t other : {0u, 0xFFFFFFFFu, 0x5A5A5A5Au}) {
+    for (std::uint32_t v = 0; v < 256; ++v) {
+      for (int reg : {2, 3}) {
+        const int* bits = reg == 2 ? a2_bits : a3_bits;
+        std::uint32_t keep = 0, word = 0;
+        for (int i = 0; i < 8; ++i) {
+          keep |= 1u << bits[i];
+          word |= ((v >> i) & 1u) << bits[i];
+        }
+        word |= other & ~keep;
+        const std::uint32_t shifts = reg == 2 ? ((word << 9) & kMag) | ((word << 2) & kSign)
+                                              : ((word << 6) & kMag) | ((word << 1) & kSign);
+        std::uint32_t r[4];
+        decode_word(word, r);
+        ASSERT_EQ(r[reg], shifts) << "a" << reg << " word " << word;
+      }
+    }
+  }
 }
 
 TEST(Nvfp4KernelLayout, HandWorkedWord) {
