@@ -23,6 +23,7 @@ struct Nvfp4LaunchShape {
   int ring = 0;            // register ring: weight blocks in flight per warp (`pipelined`)
   int stages = 0;          // shared-memory weight stages (`pipelined`; 0 = register ring)
   int stage_blocks = 1;    // blocks of 128 k per consumer warp in one stage (1 or 2)
+  int reduce_buffers = 1;  // split-K exchange buffers (`pipelined`; 2: one barrier per unit)
   int token_subtile = 16;  // tokens per shared-memory sub-tile (16, or 8 when 16 do not fit)
   std::size_t smem = 0;    // dynamic shared memory (bytes), mirroring the kernel's Smem struct
 };
@@ -36,6 +37,8 @@ struct Nvfp4LaunchShape {
 //                              divide by the K split, else 0.
 //   MEGAMOE_NVFP4_STAGE_BLOCKS=1|2  blocks per consumer warp in one stage. Default: 2 when
 //                              H / 128 and I / 128 divide by twice the K split, else 1.
+//   MEGAMOE_NVFP4_REDUCE_BUFFERS=1|2  split-K exchange buffers. Default: 2 when they fit beside
+//                              the token tile and the stages, else 1.
 // The default ring is the deepest that divides both phases' blocks per warp (no slot idles at a
 // unit boundary). Unsupported when not even an 8-token sub-tile fits in shared memory.
 Nvfp4LaunchShape nvfp4_launch_shape(const MoEConfig& config, int block_m,

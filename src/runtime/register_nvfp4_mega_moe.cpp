@@ -20,11 +20,12 @@ constexpr Nvfp4KernelVersion kDefaultVersion = Nvfp4KernelVersion::pipelined;
 // 16 warps per CTA (bench/NOTES.md, v4).
 constexpr int kDefaultKsplit = 4;
 
-// Mirrors the kernels' Smem structs. `stages` < 0: `simple` (no stage ring); 0: the pipelined
-// kernel's register ring (a 32-byte placeholder); > 0: that many weight stages of
-// `stage_blocks` blocks per consumer warp.
+// Mirrors the kernels' Smem structs. `stages` < 0: `simple` (no stage ring; split-K partials of
+// the KW - 1 upper slices and a 64 x NS result tile); 0: the pipelined kernel's register ring (a
+// 32-byte placeholder); > 0: that many weight stages of `stage_blocks` blocks per consumer warp.
+// The pipelined kernel keeps `reduce_buffers` buffers of every slice's partials instead.
 std::size_t smem_for(const MoEConfig& c, int block_m, int ns, int ksplit, int stages,
-                     int stage_blocks = 1) {
+                     int stage_blocks = 1, int reduce_buffers = 1) {
   const auto kmax = static_cast<std::size_t>(std::max(c.shape.hidden, c.shape.intermediate));
   const auto el = static_cast<std::size_t>(c.experts_per_rank());
   const auto n = static_cast<std::size_t>(ns);
@@ -35,13 +36,15 @@ std::size_t smem_for(const MoEConfig& c, int block_m, int ns, int ksplit, int st
                            : stages == 0 ? 16 + 2 * 8
                                          : static_cast<std::size_t>(stages) * stage_bytes;
   const std::size_t ypair = stages < 0 ? 0 : (c.fp8_combine ? 64 * n * 4 : 4);
+  const std::size_t slice = 4 * 32 * (n / 8) * 4 * 4;  // one K slice's partials, bytes
+  const std::size_t reduce = stages < 0 ? (kw - 1) * slice + 64 * n * 4  // partials + tile
+                                        : static_cast<std::size_t>(reduce_buffers) * kw * slice;
   const std::size_t bytes = ring + ypair  // weight stages + barriers, fp8_combine's first half
-                            + n * (kmax + 8) * 2                   // token tile, f16
-                            + (kw - 1) * 4 * 32 * (n / 8) * 4 * 4  // split-K partials
-                            + 64 * n * 4                           // result tile
-                            + el * 4 + (el + 1) * 4                // counts, tile prefix
-                            + 8 * 4                                // source token counts
-                            + bm * 5 * 4;                          // routes
+                            + n * (kmax + 8) * 2     // token tile, f16
+                            + reduce                 // split-K exchange
+                            + el * 4 + (el + 1) * 4  // counts, tile prefix
+                            + 8 * 4                  // source token counts
+                            + bm * 5 * 4;            // routes
   return (bytes + 15) / 16 * 16;
 }
 
@@ -138,10 +141,23 @@ Nvfp4LaunchShape nvfp4_launch_shape(const MoEConfig& c, int block_m, Nvfp4Kernel
                     "memory next to it",
                     std::to_string(l.stages));
     }
+    // Two split-K exchange buffers (one CTA barrier per unit instead of two, bench/NOTES.md v10)
+    // when they fit beside the stages chosen above: stage depth comes first.
+    const auto fits_buffers = [&](int rb) {
+      return smem_for(c, block_m, l.token_subtile, l.ksplit, l.stages, l.stage_blocks, rb) <=
+             kMaxDynamicSmem;
+    };
+    l.reduce_buffers = env_choice("MEGAMOE_NVFP4_REDUCE_BUFFERS", {1, 2}, fits_buffers(2) ? 2 : 1,
+                                  "must be 1 or 2");
+    if (!fits_buffers(l.reduce_buffers)) {
+      throw_invalid("MEGAMOE_NVFP4_REDUCE_BUFFERS",
+                    "2 must fit in shared memory beside the token tile and the stages",
+                    std::to_string(l.reduce_buffers));
+    }
   }
   l.threads = 128 * l.ksplit + (l.stages > 0 ? 32 : 0);
-  l.smem =
-      smem_for(c, block_m, l.token_subtile, l.ksplit, pipelined ? l.stages : -1, l.stage_blocks);
+  l.smem = smem_for(c, block_m, l.token_subtile, l.ksplit, pipelined ? l.stages : -1,
+                    l.stage_blocks, l.reduce_buffers);
   if (pipelined) {
     // Blocks of 128 k per warp and unit in each phase; a depth dividing both keeps every slot
     // busy across unit boundaries (the ring is aligned to each unit's start).
@@ -181,7 +197,7 @@ jit::KernelRequest nvfp4_mega_moe_request(const MoEConfig& c, int block_m,
   if (pipelined) {
     args += ", " + std::to_string(l.ring) + ", " + std::to_string(l.ksplit) + ", " +
             std::to_string(l.stages) + ", " + std::to_string(l.stage_blocks) + ", " +
-            (c.fp8_combine ? "1" : "0");
+            std::to_string(l.reduce_buffers) + ", " + (c.fp8_combine ? "1" : "0");
   } else if (c.fp8_combine) {
     throw Unsupported(
         "nvfp4_mega_moe: config.fp8_combine needs the pipelined kernel (MEGAMOE_NVFP4_KERNEL is "
@@ -194,9 +210,10 @@ jit::KernelRequest nvfp4_mega_moe_request(const MoEConfig& c, int block_m,
             (pipelined ? "nvfp4_mega_moe_pipelined_kernel<" : "nvfp4_mega_moe_kernel<") + args +
             ">";
   r.arch = "sm_90a";
-  r.arguments = std::string("H, I, E_local, K, R, BLOCK_M, T_max, NS, act") +
-                (pipelined ? ", ring, ksplit, stages, stage_blocks, fp8_combine" : "") + " = " +
-                args;
+  r.arguments =
+      std::string("H, I, E_local, K, R, BLOCK_M, T_max, NS, act") +
+      (pipelined ? ", ring, ksplit, stages, stage_blocks, reduce_buffers, fp8_combine" : "") +
+      " = " + args;
   return r;
 }
 

@@ -110,10 +110,11 @@ void check_smem_mirror(const MoEConfig& c, int block_m, runtime::Nvfp4KernelVers
   const std::string common = std::to_string(c.experts_per_rank()) + ", " + std::to_string(block_m) +
                              ", " + std::to_string(l.token_subtile) + ", " + kmax;
   const std::string smem_type =
-      pipelined ? "megamoe::device::nvfp4_pipe::Smem<" + common + ", " + std::to_string(l.ksplit) +
-                      ", " + std::to_string(l.stages) + ", " + std::to_string(l.stage_blocks) +
-                      ", " + (c.fp8_combine ? "1" : "0") + ">"
-                : "megamoe::device::nvfp4_moe::Smem<" + common + ">";
+      pipelined
+          ? "megamoe::device::nvfp4_pipe::Smem<" + common + ", " + std::to_string(l.ksplit) + ", " +
+                std::to_string(l.stages) + ", " + std::to_string(l.stage_blocks) + ", " +
+                std::to_string(l.reduce_buffers) + ", " + (c.fp8_combine ? "1" : "0") + ">"
+          : "megamoe::device::nvfp4_moe::Smem<" + common + ">";
   jit::KernelRequest r;
   r.name = "nvfp4_smem_mirror";
   r.source = std::string("#include \"megamoe/impls/") +
@@ -196,6 +197,20 @@ TEST(Nvfp4KernelCompile, TuningOverridesAreChecked) {
     EXPECT_EQ(single.stages, 8);
     EXPECT_EQ(single.smem - staged.smem,
               std::size_t{4 * 16});  // the same bytes, 4 more barrier pairs
+  }
+  // Two split-K exchange buffers fit beside those stages; not beside a 16-token tile's.
+  EXPECT_EQ(staged.reduce_buffers, 2);
+  EXPECT_EQ(runtime::nvfp4_launch_shape(c, 16, pipelined).reduce_buffers, 1);
+  {
+    test::ScopedEnv one("MEGAMOE_NVFP4_REDUCE_BUFFERS", "1");
+    const runtime::Nvfp4LaunchShape single = runtime::nvfp4_launch_shape(c, 8, pipelined);
+    EXPECT_EQ(single.reduce_buffers, 1);
+    EXPECT_EQ(single.stages, staged.stages);
+    EXPECT_EQ(staged.smem - single.smem, std::size_t{4 * 4 * 32 * 4 * 4});  // one more buffer
+    test::ScopedEnv two("MEGAMOE_NVFP4_REDUCE_BUFFERS", "2");
+    EXPECT_THROW(runtime::nvfp4_launch_shape(c, 16, pipelined), InvalidArgument);
+    test::ScopedEnv three("MEGAMOE_NVFP4_REDUCE_BUFFERS", "3");
+    EXPECT_THROW(runtime::nvfp4_launch_shape(c, 8, pipelined), InvalidArgument);
   }
   {
     test::ScopedEnv bad("MEGAMOE_NVFP4_STAGE_BLOCKS", "4");

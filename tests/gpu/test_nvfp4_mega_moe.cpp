@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -438,23 +439,29 @@ TEST_F(Nvfp4MegaMoe, DsV4FlashWidths) {
   run_case(c);
 }
 
-// Two blocks per consumer warp and stage (the default when H / 128 and I / 128 divide by twice
-// the K split, as at I = 1024): 8-token tiles across virtual ranks, 16-token tiles at T = 512;
-// the same cases with one block a stage forced must match the oracle too.
-TEST_F(Nvfp4MegaMoe, TwoBlockStagesAndOne) {
+// Stages of two blocks per consumer warp (the default when H / 128 and I / 128 divide by twice
+// the K split, as at I = 1024) and of one, each with two split-K exchange buffers (the default
+// where they fit) and with one: 8-token tiles over two virtual ranks with bf16 and FP8 combine
+// slots, 16-token tiles at T = 512.
+TEST_F(Nvfp4MegaMoe, StageBlocksAndExchangeBuffers) {
   for (const char* blocks : {"2", "1"}) {
-    test::ScopedEnv env("MEGAMOE_NVFP4_STAGE_BLOCKS", blocks);
-    Case c;
-    c.inter = 1024;
-    c.ranks = 2;
-    c.top_k = 8;
-    c.tokens = 33;
-    c.routing = Routing::masked;
-    run_case(c);
-    Case wide;
-    wide.inter = 1024;
-    wide.tokens = 512;
-    run_case(wide);
+    for (const char* buffers : {"2", "1"}) {
+      test::ScopedEnv stage_blocks("MEGAMOE_NVFP4_STAGE_BLOCKS", blocks);
+      test::ScopedEnv reduce_buffers("MEGAMOE_NVFP4_REDUCE_BUFFERS", buffers);
+      Case c;
+      c.inter = 1024;
+      c.ranks = 2;
+      c.top_k = 8;
+      c.tokens = 33;
+      c.routing = Routing::masked;
+      run_case(c);
+      c.fp8_combine = true;
+      run_case(c);
+      Case wide;
+      wide.inter = 1024;
+      wide.tokens = 512;
+      run_case(wide);
+    }
   }
 }
 
@@ -471,9 +478,16 @@ TEST_F(Nvfp4MegaMoe, EndToEndWithLibraryPreDispatch) {
 // Small enough for compute-sanitizer, once per weight-streaming mode: H = I = 1024 (H / 128 and
 // I / 128 divide by twice the K split) runs shared-memory stages of two blocks per consumer
 // warp, H = I = 512 (they divide by the K split) stages of one block, both with the producer
-// warp; I = 128 (one block) runs the register ring.
+// warp; I = 128 (one block) runs the register ring. All with two split-K exchange buffers, and
+// H = I = 512 once more with one.
 TEST_F(Nvfp4MegaMoe, SanitizerSizedCase) {
-  for (std::int64_t inter : {std::int64_t{1024}, std::int64_t{512}, std::int64_t{128}}) {
+  for (std::int64_t inter :
+       {std::int64_t{1024}, std::int64_t{512}, std::int64_t{128}, std::int64_t{-512}}) {
+    std::optional<test::ScopedEnv> one_buffer;
+    if (inter < 0) {
+      one_buffer.emplace("MEGAMOE_NVFP4_REDUCE_BUFFERS", "1");
+      inter = -inter;
+    }
     Case c;
     c.hidden = inter == 128 ? 256 : inter;
     c.inter = inter;

@@ -335,18 +335,19 @@ MEGAMOE_DEVICE void gather_tile_routes(const Nvfp4MoeArgs& a, S& s, int want, in
 }
 
 // FC1 epilogue of token i of the sub-tile (route r of the tile), one warp, lane = column of the
-// 32-column tile `col`: gate and up from s.tile, activation, route weight, NVFP4
-// re-quantization in 16-column blocks with the expert's fc2_input_scale g2, into row
-// pool_row0 + r of the rank's fc2_pool. Every lane runs it (the shuffles), i < sub_live writes.
-template <int ACT, int NS, class S>
+// 32-column tile `col`: gate and up (`y(row, i)`: the raw result of tile row `row`, gate rows
+// 0..31, up rows 32..63), activation, route weight, NVFP4 re-quantization in 16-column blocks
+// with the expert's fc2_input_scale g2, into row pool_row0 + r of the rank's fc2_pool. Every
+// lane runs it (the shuffles), i < sub_live writes.
+template <int ACT, class S, class Y>
 MEGAMOE_DEVICE void fc1_requantize_token(const Nvfp4MoeArgs& a, const S& s, u8* mine, int i, int r,
-                                         int sub_live, int col, int pool_row0, float g2) {
+                                         int sub_live, int col, int pool_row0, float g2, Y y) {
   const int lane = threadIdx.x & 31;
   float v = 0.0f;
   if (i < sub_live) {
     const float alpha = s.route_alpha[r];
-    const float gate = __fmul_rn(s.tile[lane * NS + i] * nvfp4::kWeightUnscale, alpha);
-    const float up = __fmul_rn(s.tile[(32 + lane) * NS + i] * nvfp4::kWeightUnscale, alpha);
+    const float gate = __fmul_rn(y(lane, i) * nvfp4::kWeightUnscale, alpha);
+    const float up = __fmul_rn(y(32 + lane, i) * nvfp4::kWeightUnscale, alpha);
     v = s.route_w[r] * activate<ACT>(gate, up, a);
   }
   float amax = exact::finite_abs(v);
@@ -546,8 +547,9 @@ __global__ void __launch_bounds__(kNvfp4Threads, 1)
 #pragma unroll
         for (int it = 0; it < NT; ++it) {
           const int i = it * 8 + warp;
-          nvfp4_moe::fc1_requantize_token<ACT, NS>(a, s, mine, i, sub * NS + i, sub_live, ct,
-                                                   pool_row0, g2);
+          nvfp4_moe::fc1_requantize_token<ACT>(
+              a, s, mine, i, sub * NS + i, sub_live, ct, pool_row0, g2,
+              [&](int row, int tok) { return s.tile[row * NS + tok]; });
         }
       }
     }

@@ -218,17 +218,22 @@ MEGAMOE_DEVICE void consume_staged(const u8* ring, u64* full, u64* empty, StageP
   }
 }
 
+// Floats of one unit's split-K partial sums: every consumer warp's accumulators,
+// [kh][row group][lane][NT * 4] (warp index kh * 4 + rg).
+template <int NT, int KW>
+inline constexpr int kPartialFloats = KW * 4 * 32 * NT * 4;
+
 // Shared memory of one CTA (dynamic; src/runtime/register_nvfp4_mega_moe.cpp mirrors its size).
 // ring / full / empty: the weight stages; b: the token tile, f16 [NS][KMAX + 8] in the paired
-// layout; red: split-K partials of the warps with kh >= 1, [kh - 1][row group][lane][NT * 4].
-template <int EL, int BM, int NS, int KMAX, int KW, int STAGES, int SB, int FP8C>
+// layout; red: RB buffers of a unit's split-K partials (units alternate between two, or reuse
+// one behind an extra barrier).
+template <int EL, int BM, int NS, int KMAX, int KW, int STAGES, int SB, int RB, int FP8C>
 struct Smem {
   // Weight stages and their barriers (STAGES > 0; a token 16 B otherwise).
   u8 ring[STAGES > 0 ? STAGES* kStageBytes<KW, SB> : 16];
   u64 full[STAGES > 0 ? STAGES : 1], empty[STAGES > 0 ? STAGES : 1];
   u16 b[NS * (KMAX + 8)];
-  float red[(KW - 1) * 4 * 32 * (NS / 8) * 4];
-  float tile[64 * NS];  // the CTA's 64 x NS result tile (rows x tokens)
+  float red[RB * kPartialFloats<NS / 8, KW>];
   int count[EL];
   int tile_prefix[EL + 1];
   int src_tokens[8];  // live tokens of each source rank
@@ -237,40 +242,55 @@ struct Smem {
   float ypair[FP8C ? 64 * NS : 1];  // fp8_combine: y of the even column tile of a 128-row block
 };
 
-// Sums the KW partial accumulators of each row group in kh order and leaves the CTA's 64 x NS
-// tile (raw accumulators) in s.tile.
-template <int NT, int KW, class Sync, class S>
-MEGAMOE_DEVICE void reduce_tile(S& s, float (&acc)[NT][4]) {
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int rg = warp & 3, kh = warp >> 2;
-  constexpr int kStride = 4 * 32 * NT * 4;  // floats per kh slice of s.red
-  if (kh >= 1) {
-    float* red = s.red + (kh - 1) * kStride + (rg * 32 + lane) * NT * 4;
+// Every consumer warp leaves its accumulators in `red` (one unit's buffer); the caller's CTA
+// barrier then makes them readable by unit_sum. No warp waits for a partial sum of another: the
+// epilogue's readers add the KW partials themselves.
+template <int NT>
+MEGAMOE_DEVICE void store_partials(float* red, const float (&acc)[NT][4]) {
+  const int tid = static_cast<int>(threadIdx.x);  // = (kh * 4 + rg) * 32 + lane
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) red[nt * 4 + c] = acc[nt][c];
+  for (int nt = 0; nt < NT; ++nt) {
+    *reinterpret_cast<float4*>(red + tid * NT * 4 + nt * 4) =
+        make_float4(acc[nt][0], acc[nt][1], acc[nt][2], acc[nt][3]);
   }
-  Sync::sync();
-  if (kh == 0) {
-    const int g = lane >> 2, t = lane & 3;
-    constexpr int NS = NT * 8;
+}
+
+// The unit's raw result at tile row `row` (0..63) and token `i` of the sub-tile: the KW partials
+// of that MMA accumulator element summed in kh order (the m16n8 layout: row g or g + 8 of row
+// group rg, token 2 t or 2 t + 1 of 8-row tile nt, at lane 4 g + t).
+template <int NT, int KW>
+MEGAMOE_DEVICE float unit_sum(const float* red, int row, int i) {
+  const int rg = row >> 4, g = row & 7, hi = (row >> 3) & 1;
+  const int lane = g * 4 + ((i & 7) >> 1);
+  const float* p = red + (rg * 32 + lane) * NT * 4 + (i >> 3) * 4 + hi * 2 + (i & 1);
+  float v = p[0];
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        float v = acc[nt][c];
-#pragma unroll
-        for (int w = 1; w < KW; ++w) {
-          v += s.red[(w - 1) * kStride + (rg * 32 + lane) * NT * 4 + nt * 4 + c];
-        }
-        const int row = rg * 16 + g + (c >= 2 ? 8 : 0);
-        const int col = nt * 8 + 2 * t + (c & 1);
-        s.tile[row * NS + col] = v;
-      }
+  for (int kh = 1; kh < KW; ++kh) v += p[kh * 4 * 32 * NT * 4];
+  return v;
+}
+
+// FC2 epilogue, bf16 slots: warp w takes token w / 2 and rows (w % 2) * 32 + lane of the 64-row
+// tile `col`; eight lanes gather their bf16 values by shuffles and the first stores them
+// (16 bytes) into the route's combine slot (peer writes). `y(row, i)`: the raw result.
+template <int H, int TMAX, int NS, int WARPS, class S, class Y>
+MEGAMOE_DEVICE void fc2_store_bf16_rows(const Nvfp4MoeArgs& a, const S& s, int sub, int sub_live,
+                                        int col, float factor, Y y) {
+  const int warp = static_cast<int>(threadIdx.x) >> 5, lane = threadIdx.x & 31;
+  for (int task = warp; task < 2 * sub_live; task += WARPS) {  // warp-uniform: shuffles are safe
+    const int i = task >> 1, row = (task & 1) * 32 + lane;
+    const u32 v = ptx::f32_to_bf16_rn(__fmul_rn(y(row, i) * nvfp4::kWeightUnscale, factor));
+    const u32 pair = v | (__shfl_down_sync(0xFFFFFFFFu, v, 1) << 16);
+    const u32 p2 = __shfl_down_sync(0xFFFFFFFFu, pair, 2);
+    const u32 p4 = __shfl_down_sync(0xFFFFFFFFu, pair, 4);
+    const u32 p6 = __shfl_down_sync(0xFFFFFFFFu, pair, 6);
+    if ((lane & 7) == 0) {
+      const int r = sub * NS + i;
+      u8* slot =
+          a.base[s.route_src[r]] + a.off_combine +
+          ((static_cast<u64>(s.route_k[r]) * TMAX + s.route_tok[r]) * H + col * 64 + row) * 2;
+      ptx::store_global_16(slot, ptx::u32x4{pair, p2, p4, p6});
     }
   }
-  Sync::sync();
 }
 
 }  // namespace nvfp4_pipe
@@ -279,15 +299,14 @@ MEGAMOE_DEVICE void reduce_tile(S& s, float (&acc)[NT][4]) {
 // blocks kh, kh + KW, ...); with STAGES > 0, warp 4 KW is the producer (its lanes 0..3 issue
 // the bulk copies; it leaves after phase 0 and takes no part in the consumers' barriers).
 template <int H, int I, int EL, int K, int R, int BM, int TMAX, int NS, int ACT, int RING = 4,
-          int KW = 2, int STAGES = 0, int SB = 1, int FP8C = 0>
+          int KW = 2, int STAGES = 0, int SB = 1, int RB = 1, int FP8C = 0>
 __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
     nvfp4_mega_moe_pipelined_kernel(const __grid_constant__ Nvfp4MoeArgs a) {
   static_assert(H % 128 == 0 && I % 128 == 0, "H and I must be multiples of 128");
   static_assert(NS % 8 == 0 && BM % NS == 0, "token sub-tile must divide BLOCK_M");
   static_assert(R >= 1 && R <= kNvfp4MaxRanks, "1..8 ranks");
   static_assert(KW == 2 || KW == 4, "K split over 2 or 4 warps per row group");
-  static_assert(NS * 64 * 2 <= (KW - 1) * 4 * 32 * (NS / 8) * 4 * 4,
-                "FC2 staging must fit in s.red");
+  static_assert(RB == 1 || RB == 2, "one or two split-K exchange buffers");
   static_assert(RING >= 2 && RING <= 8 && (KW == 2 || RING <= 4),
                 "ring depth 2..8 (2..4 under the 16-warp register cap)");
   static_assert(STAGES == 0 || (STAGES >= 2 && STAGES <= 8), "0 (register ring) or 2..8 stages");
@@ -306,7 +325,7 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
   constexpr int NT = NS / 8;
   constexpr int CT = I / 32;  // FC1 column tiles (32 gate + 32 up rows each)
   constexpr int HT = H / 64;  // FC2 row tiles
-  using S = nvfp4_pipe::Smem<EL, BM, NS, KMAX, KW, STAGES, SB, FP8C>;
+  using S = nvfp4_pipe::Smem<EL, BM, NS, KMAX, KW, STAGES, SB, RB, FP8C>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   S& s = *reinterpret_cast<S*>(smem_raw);
   {
@@ -444,7 +463,10 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
   Stream cs = stream_of(cur, Stream{nullptr, nullptr, 0, RING, -1, 0});
   if constexpr (!kStaged) prime<RING, KW>(ring, cs, kh, lane);
   // One unit's MMAs over the token sub-tile (`ns`: the next unit's stream, which the register
-  // ring starts loading at the end of this one), split-K summed into s.tile.
+  // ring starts loading at the end of this one); its split-K partials land in `red` (the unit's
+  // exchange buffer) and one CTA barrier makes them readable to the epilogue.
+  int red_buf = 0;
+  const float* red = s.red;
   auto stream_unit = [&](const Stream& ns) {
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
@@ -455,7 +477,21 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
     } else {
       consume<KMAX, NT, RING, KW>(ring, cs, ns, s.b, acc);
     }
-    reduce_tile<NT, KW, Sync>(s, acc);
+    red = s.red + red_buf * kPartialFloats<NT, KW>;
+    store_partials<NT>(s.red + red_buf * kPartialFloats<NT, KW>, acc);
+    Sync::sync();
+  };
+  // The unit's raw result at tile row `row`, token `i` (after stream_unit's barrier).
+  auto y = [&](int row, int i) { return unit_sum<NT, KW>(red, row, i); };
+  // After the epilogue: with two exchange buffers the next unit writes the other one (every
+  // thread has left this epilogue before it passes the next unit's barrier, so the unit after
+  // that may overwrite this buffer); with one, a barrier keeps this epilogue's reads first.
+  auto end_unit = [&] {
+    if constexpr (RB == 2) {
+      red_buf ^= 1;
+    } else {
+      Sync::sync();
+    }
   };
 
   // ---- phase 1: FC1 + activation + re-quantization ----------------------------------------
@@ -496,7 +532,7 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
       Sync::sync();
     }
     if (fresh_routes) {
-      // Read by the epilogue only, after reduce_tile's barriers.
+      // Read by the epilogue only, after stream_unit's barrier.
       s.route_w[tid] = route_w;
       s.route_alpha[tid] = route_alpha;
       fresh_routes = false;
@@ -512,9 +548,10 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
     stream_unit(ns);
     // Warp -> token (warps past NS idle), lane -> column (one 16-column block per half-warp).
     for (int i = warp; i < NS; i += kWarps) {
-      nvfp4_moe::fc1_requantize_token<ACT, NS>(a, s, mine, i, cur.sub * NS + i, sub_live, cur.col,
-                                               pool_row0, g2);
+      nvfp4_moe::fc1_requantize_token<ACT>(a, s, mine, i, cur.sub * NS + i, sub_live, cur.col,
+                                           pool_row0, g2, y);
     }
+    end_unit();
     cur = nx;
     cs = ns;
   }
@@ -568,7 +605,7 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
       Sync::sync();
     }
     if (fresh_routes) {
-      // Read by the epilogue's stores only, after reduce_tile's barriers.
+      // Read by the epilogue's stores only, after stream_unit's barrier.
       s.route_src[tid] = route_src;
       s.route_tok[tid] = route_tok;
       s.route_k[tid] = route_k;
@@ -580,10 +617,10 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
       if ((cur.col & 1) == 0) {
         // First 64 rows of a 128-row FP8 block: kept until the odd tile, this CTA's next unit
         // (whole pairs per CTA, and the columns of one (tile, sub-tile) run in order). Read
-        // there after its reduce_tile barriers; rewritten only after the next pair's ones.
+        // there after its stream_unit barrier; rewritten only after the next pair's one.
         for (int u = tid; u < 64 * sub_live; u += kThreads) {
           const int i = u / 64, row = u - i * 64;
-          s.ypair[row * NS + i] = __fmul_rn(s.tile[row * NS + i] * nvfp4::kWeightUnscale, factor);
+          s.ypair[row * NS + i] = __fmul_rn(y(row, i) * nvfp4::kWeightUnscale, factor);
         }
       } else {
         // One warp per token, lane l holds rows 4 l .. 4 l + 3 of the block: finite amax, f32
@@ -596,7 +633,7 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
           auto y_of = [&](int j) {
             const int h = lane * 4 + j;
             return h < 64 ? s.ypair[h * NS + i]
-                          : __fmul_rn(s.tile[(h - 64) * NS + i] * nvfp4::kWeightUnscale, factor);
+                          : __fmul_rn(y(h - 64, i) * nvfp4::kWeightUnscale, factor);
           };
           float amax = 0.0f;
 #pragma unroll 1
@@ -622,11 +659,9 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
         }
       }
     } else {
-      // y -> bf16, staged as [token][64] in s.red (free after reduce_tile), then peer stores.
-      nvfp4_moe::fc2_store_bf16_slots<H, TMAX, NS, kThreads, Sync>(
-          a, s, reinterpret_cast<u16*>(s.red), cur.sub, sub_live, cur.col, factor);
-      Sync::sync();  // ys (s.red) is read above; the next unit's reduce_tile rewrites it
+      fc2_store_bf16_rows<H, TMAX, NS, kWarps>(a, s, cur.sub, sub_live, cur.col, factor, y);
     }
+    end_unit();
     cur = nx;
     cs = ns;
   }
