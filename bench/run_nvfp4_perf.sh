@@ -11,6 +11,7 @@
 #           bench@KS/RG  EP1 bench, pipelined, K split KS and ring depth RG (e.g. bench@2/8)
 #           stages@N  EP1 bench, pipelined, N shared-memory weight stages (0: register ring)
 #           sb@N      EP1 bench, N blocks per consumer warp in a shared-memory stage (1 or 2)
+#           rb@N      EP1 bench, N split-K exchange buffers (1 or 2)
 #           base[@L]  EP1 bench with the baseline build BIN/base/bench_nvfp4_mega_moe (another
 #                     commit, for a side-by-side comparison in one call; L labels a repeat)
 #           fp8       EP1 bench with FP8 combine slots (config.fp8_combine)
@@ -78,6 +79,10 @@ for stage in "$@"; do
       MEGAMOE_NVFP4_STAGE_BLOCKS=${stage#sb@} step "bench_sb${stage#sb@}" 40 \
         "$bin/bench_nvfp4_mega_moe" "$out/bench_sb${stage#sb@}" &&
         benches+=("bench_sb${stage#sb@}") ;;
+    rb@*)
+      MEGAMOE_NVFP4_REDUCE_BUFFERS=${stage#rb@} step "bench_rb${stage#rb@}" 40 \
+        "$bin/bench_nvfp4_mega_moe" "$out/bench_rb${stage#rb@}" &&
+        benches+=("bench_rb${stage#rb@}") ;;
     base | base@*)
       label=bench_base${stage#base}
       label=${label/@/_}
