@@ -35,7 +35,7 @@ std::size_t smem_for(const MoEConfig& c, int block_m, int ns, int ksplit, int st
   const std::size_t ring = stages < 0    ? 0
                            : stages == 0 ? 16 + 2 * 8
                                          : static_cast<std::size_t>(stages) * stage_bytes;
-  const std::size_t ypair = stages < 0 ? 0 : (c.fp8_combine ? 64 * n * 4 : 4);
+  const std::size_t ypair = stages < 0 ? 0 : (c.fp8_combine ? 128 * n * 4 : 4);
   const std::size_t slice = 4 * 32 * (n / 8) * 4 * 4;  // one K slice's partials, bytes
   const std::size_t reduce = stages < 0 ? (kw - 1) * slice + 64 * n * 4  // partials + tile
                                         : static_cast<std::size_t>(reduce_buffers) * kw * slice;

@@ -218,10 +218,19 @@ MEGAMOE_DEVICE void consume_staged(const u8* ring, u64* full, u64* empty, StageP
   }
 }
 
-// Floats of one unit's split-K partial sums: every consumer warp's accumulators,
-// [kh][row group][lane][NT * 4] (warp index kh * 4 + rg).
+// Floats of one unit's split-K partial sums: every K slice's 64 x NS result tile,
+// [kh][row][token ^ swizzle(row)] (f32).
 template <int NT, int KW>
-inline constexpr int kPartialFloats = KW * 4 * 32 * NT * 4;
+inline constexpr int kPartialFloats = KW * 64 * NT * 8;
+
+// Column of token i in row `row` of a partial tile. 32 / NS consecutive rows start in the same
+// bank; XOR-ing the token with the row's group index gives the 32 rows an epilogue warp reads
+// for one token 32 different banks, and the stores of one MMA accumulator element by a warp's
+// 32 lanes (8 rows x 4 token pairs) at most two ways.
+template <int NS>
+MEGAMOE_DEVICE int partial_column(int row, int i) {
+  return i ^ ((row / (32 / NS)) % NS);
+}
 
 // Shared memory of one CTA (dynamic; src/runtime/register_nvfp4_mega_moe.cpp mirrors its size).
 // ring / full / empty: the weight stages; b: the token tile, f16 [NS][KMAX + 8] in the paired
@@ -239,33 +248,39 @@ struct Smem {
   int src_tokens[8];  // live tokens of each source rank
   int route_src[BM], route_tok[BM], route_k[BM];
   float route_w[BM], route_alpha[BM];
-  float ypair[FP8C ? 64 * NS : 1];  // fp8_combine: y of the even column tile of a 128-row block
+  float ypair[FP8C ? 128 * NS : 1];  // fp8_combine: y of a 128-row block (two column tiles)
 };
 
-// Every consumer warp leaves its accumulators in `red` (one unit's buffer); the caller's CTA
-// barrier then makes them readable by unit_sum. No warp waits for a partial sum of another: the
-// epilogue's readers add the KW partials themselves.
+// Every consumer warp leaves its accumulators in its K slice's tile of `red` (one unit's
+// buffer); the caller's CTA barrier then makes them readable by unit_sum. No warp waits for a
+// partial sum of another: the epilogue's readers add the KW partials themselves.
 template <int NT>
 MEGAMOE_DEVICE void store_partials(float* red, const float (&acc)[NT][4]) {
-  const int tid = static_cast<int>(threadIdx.x);  // = (kh * 4 + rg) * 32 + lane
+  constexpr int NS = NT * 8;
+  const int warp = static_cast<int>(threadIdx.x) >> 5, lane = threadIdx.x & 31;
+  const int rg = warp & 3, kh = warp >> 2, g = lane >> 2, t = lane & 3;
+  float* tile = red + kh * 64 * NS;
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
-    *reinterpret_cast<float4*>(red + tid * NT * 4 + nt * 4) =
-        make_float4(acc[nt][0], acc[nt][1], acc[nt][2], acc[nt][3]);
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      // m16n8 accumulator element c: row g (+ 8 for c >= 2), token 2 t (+ 1 for odd c).
+      const int row = rg * 16 + g + (c >> 1) * 8, i = nt * 8 + 2 * t + (c & 1);
+      tile[row * NS + partial_column<NS>(row, i)] = acc[nt][c];
+    }
   }
 }
 
 // The unit's raw result at tile row `row` (0..63) and token `i` of the sub-tile: the KW partials
-// of that MMA accumulator element summed in kh order (the m16n8 layout: row g or g + 8 of row
-// group rg, token 2 t or 2 t + 1 of 8-row tile nt, at lane 4 g + t).
+// summed in kh order (the order of the earlier kh = 0 pass, so the sums are unchanged bit for
+// bit).
 template <int NT, int KW>
 MEGAMOE_DEVICE float unit_sum(const float* red, int row, int i) {
-  const int rg = row >> 4, g = row & 7, hi = (row >> 3) & 1;
-  const int lane = g * 4 + ((i & 7) >> 1);
-  const float* p = red + (rg * 32 + lane) * NT * 4 + (i >> 3) * 4 + hi * 2 + (i & 1);
+  constexpr int NS = NT * 8;
+  const float* p = red + row * NS + partial_column<NS>(row, i);
   float v = p[0];
 #pragma unroll
-  for (int kh = 1; kh < KW; ++kh) v += p[kh * 4 * 32 * NT * 4];
+  for (int kh = 1; kh < KW; ++kh) v += p[kh * 64 * NS];
   return v;
 }
 
@@ -614,15 +629,16 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
     const float factor = __fmul_rn(__ldg(a.fc2_scale[rank] + e), __ldg(a.alpha2[rank] + e));
     stream_unit(ns);
     if constexpr (FP8C) {
-      if ((cur.col & 1) == 0) {
-        // First 64 rows of a 128-row FP8 block: kept until the odd tile, this CTA's next unit
-        // (whole pairs per CTA, and the columns of one (tile, sub-tile) run in order). Read
-        // there after its stream_unit barrier; rewritten only after the next pair's one.
-        for (int u = tid; u < 64 * sub_live; u += kThreads) {
-          const int i = u / 64, row = u - i * 64;
-          s.ypair[row * NS + i] = __fmul_rn(y(row, i) * nvfp4::kWeightUnscale, factor);
-        }
-      } else {
+      // y of this column tile into its half of the 128-row FP8 block. The even tile's half waits
+      // for the odd one, this CTA's next unit (whole pairs per CTA, and the columns of one
+      // (tile, sub-tile) run in order); rewritten only after the next pair's barriers.
+      const int half = (cur.col & 1) * 64;
+      for (int u = tid; u < 64 * sub_live; u += kThreads) {
+        const int i = u / 64, row = u - i * 64;
+        s.ypair[(half + row) * NS + i] = __fmul_rn(y(row, i) * nvfp4::kWeightUnscale, factor);
+      }
+      if (half != 0) {
+        Sync::sync();  // both halves written
         // One warp per token, lane l holds rows 4 l .. 4 l + 3 of the block: finite amax, f32
         // scale amax / 448, e4m3 codes of y / scale (the oracle's 1x128 recipe), 4 bytes a lane
         // and the scale into the source rank's slot (peer writes).
@@ -630,11 +646,7 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
           const int r = cur.sub * NS + i;
           // Read twice from shared memory rather than held: 16-token tiles are at the
           // 128-register cap.
-          auto y_of = [&](int j) {
-            const int h = lane * 4 + j;
-            return h < 64 ? s.ypair[h * NS + i]
-                          : __fmul_rn(y(h - 64, i) * nvfp4::kWeightUnscale, factor);
-          };
+          auto y_of = [&](int j) { return s.ypair[(lane * 4 + j) * NS + i]; };
           float amax = 0.0f;
 #pragma unroll 1
           for (int j = 0; j < 4; ++j) amax = exact::amax2(amax, exact::finite_abs(y_of(j)));
