@@ -142,16 +142,21 @@ Nvfp4LaunchShape nvfp4_launch_shape(const MoEConfig& c, int block_m, Nvfp4Kernel
                     std::to_string(l.stages));
     }
     // Two split-K exchange buffers (one CTA barrier per unit instead of two, bench/NOTES.md v10)
-    // when they fit beside the stages chosen above: stage depth comes first.
+    // when they fit beside the stages chosen above (stage depth comes first), except in the
+    // FP8-combine kernel of 16-token tiles: at the register ring's 128-register cap its build
+    // spills with them (tests/cpu/test_nvfp4_kernel_compile.cpp).
+    const bool buffers_fit_registers = !(c.fp8_combine && l.token_subtile == 16);
     const auto fits_buffers = [&](int rb) {
-      return smem_for(c, block_m, l.token_subtile, l.ksplit, l.stages, l.stage_blocks, rb) <=
-             kMaxDynamicSmem;
+      return (rb == 1 || buffers_fit_registers) &&
+             smem_for(c, block_m, l.token_subtile, l.ksplit, l.stages, l.stage_blocks, rb) <=
+                 kMaxDynamicSmem;
     };
     l.reduce_buffers = env_choice("MEGAMOE_NVFP4_REDUCE_BUFFERS", {1, 2}, fits_buffers(2) ? 2 : 1,
                                   "must be 1 or 2");
     if (!fits_buffers(l.reduce_buffers)) {
       throw_invalid("MEGAMOE_NVFP4_REDUCE_BUFFERS",
-                    "2 must fit in shared memory beside the token tile and the stages",
+                    "2 must fit in shared memory beside the token tile and the stages (and is "
+                    "not built for FP8 combine with 16-token tiles)",
                     std::to_string(l.reduce_buffers));
     }
   }

@@ -63,6 +63,31 @@ TEST(Nvfp4KernelCompile, SanitizerShapes) {
   }
 }
 
+// The GPU test StageBlocksAndExchangeBuffers: I = 1024, every choice of blocks per stage and
+// exchange buffers, bf16 and FP8 combine, the BLOCK_M of its token counts.
+TEST(Nvfp4KernelCompile, StageBlocksAndExchangeBufferShapes) {
+  for (const char* blocks : {"2", "1"}) {
+    for (const char* buffers : {"2", "1"}) {
+      test::ScopedEnv stage_blocks("MEGAMOE_NVFP4_STAGE_BLOCKS", blocks);
+      test::ScopedEnv reduce_buffers("MEGAMOE_NVFP4_REDUCE_BUFFERS", buffers);
+      for (bool fp8 : {false, true}) {
+        MoEConfig two = config(1024, 1024, 32, 8, 2, 512);
+        two.fp8_combine = fp8;
+        const bool spills_with_two = fp8 && get_block_m_for_mega_moe(two, 33) >= 16;
+        if (std::string(buffers) == "2" && spills_with_two) {
+          EXPECT_THROW(runtime::nvfp4_launch_shape(two, get_block_m_for_mega_moe(two, 33)),
+                       InvalidArgument);
+        } else {
+          compile_one(two, get_block_m_for_mega_moe(two, 33),
+                      runtime::Nvfp4KernelVersion::pipelined);
+        }
+      }
+      const MoEConfig one = config(1024, 1024, 32, 8, 1, 512);
+      compile_one(one, get_block_m_for_mega_moe(one, 512), runtime::Nvfp4KernelVersion::pipelined);
+    }
+  }
+}
+
 TEST(Nvfp4KernelCompile, DecodePresets) {
   for (const char* name : {"dsv4-flash", "h6144-e256-k8"}) {
     MoEConfig c;
