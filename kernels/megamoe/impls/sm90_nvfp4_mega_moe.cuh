@@ -334,34 +334,11 @@ MEGAMOE_DEVICE void gather_tile_routes(const Nvfp4MoeArgs& a, S& s, int want, in
   }
 }
 
-// NVFP4 re-quantization of FC1 outputs held one per lane (`v`, the activated value of column
-// `column` of the 32-column tile `col`) in blocks of 16 lanes: block amax, scale code with the
-// expert's fc2_input_scale g2, e2m1 codes, into row `prow` of the rank's fc2_pool when `write`.
-// Every lane of the warp runs it (the shuffles).
-MEGAMOE_DEVICE void fc1_store_nvfp4(const Nvfp4MoeArgs& a, u8* mine, float v, int column,
-                                    bool write, int col, u64 prow, float g2) {
-  float amax = exact::finite_abs(v);
-#pragma unroll
-  for (int d = 8; d >= 1; d >>= 1) {
-    amax = exact::amax2(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, d));
-  }
-  const u32 code = exact::nvfp4_block_code(amax, g2);
-  const float denom = __fmul_rn(exact::ue4m3_value(code), g2);
-  const u32 q = exact::e2m1_code(__fdiv_rn(v, denom));
-  const u32 q_next = __shfl_down_sync(0xFFFFFFFFu, q, 1);
-  if (write) {
-    u8* pool = mine + a.off_fc2_pool + prow * a.pitch_fc2_pool;
-    if ((column & 1) == 0) pool[(col * 32 + column) / 2] = static_cast<u8>(q | (q_next << 4));
-    if ((column & 15) == 0) {
-      (mine + a.off_fc2_sf + prow * a.pitch_fc2_sf)[col * 2 + column / 16] = static_cast<u8>(code);
-    }
-  }
-}
-
 // FC1 epilogue of token i of the sub-tile (route r of the tile), one warp, lane = column of the
 // 32-column tile `col`: gate and up (`y(row, i)`: the raw result of tile row `row`, gate rows
 // 0..31, up rows 32..63), activation, route weight, NVFP4 re-quantization in 16-column blocks
-// into row pool_row0 + r of the rank's fc2_pool. Every lane runs it, i < sub_live writes.
+// with the expert's fc2_input_scale g2, into row pool_row0 + r of the rank's fc2_pool. Every
+// lane runs it (the shuffles), i < sub_live writes.
 template <int ACT, class S, class Y>
 MEGAMOE_DEVICE void fc1_requantize_token(const Nvfp4MoeArgs& a, const S& s, u8* mine, int i, int r,
                                          int sub_live, int col, int pool_row0, float g2, Y y) {
@@ -373,23 +350,23 @@ MEGAMOE_DEVICE void fc1_requantize_token(const Nvfp4MoeArgs& a, const S& s, u8* 
     const float up = __fmul_rn(y(32 + lane, i) * nvfp4::kWeightUnscale, alpha);
     v = s.route_w[r] * activate<ACT>(gate, up, a);
   }
-  fc1_store_nvfp4(a, mine, v, lane, i < sub_live, col, static_cast<u64>(pool_row0 + r), g2);
-}
-
-// FC1 epilogue of one 16-column block `half` of token i (a live route r of the tile), one warp:
-// lanes 0..15 read the gate rows and lanes 16..31 the up rows of the block's columns, one
-// shuffle pairs them, lanes 0..15 activate and re-quantize. Half of fc1_requantize_token's work
-// a warp, so that two warps per token spread the epilogue over all of the CTA's warps.
-template <int ACT, class S, class Y>
-MEGAMOE_DEVICE void fc1_requantize_block(const Nvfp4MoeArgs& a, const S& s, u8* mine, int i, int r,
-                                         int half, int col, int pool_row0, float g2, Y y) {
-  const int lane = threadIdx.x & 31;
-  const int column = half * 16 + (lane & 15);
-  const float x =
-      __fmul_rn(y((lane >> 4) * 32 + column, i) * nvfp4::kWeightUnscale, s.route_alpha[r]);
-  const float up = __shfl_xor_sync(0xFFFFFFFFu, x, 16);
-  const float v = lane < 16 ? s.route_w[r] * activate<ACT>(x, up, a) : 0.0f;
-  fc1_store_nvfp4(a, mine, v, column, lane < 16, col, static_cast<u64>(pool_row0 + r), g2);
+  float amax = exact::finite_abs(v);
+#pragma unroll
+  for (int d = 8; d >= 1; d >>= 1) {
+    amax = exact::amax2(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, d));
+  }
+  const u32 code = exact::nvfp4_block_code(amax, g2);
+  const float denom = __fmul_rn(exact::ue4m3_value(code), g2);
+  const u32 q = exact::e2m1_code(__fdiv_rn(v, denom));
+  const u32 q_next = __shfl_down_sync(0xFFFFFFFFu, q, 1);
+  if (i < sub_live) {
+    const u64 prow = static_cast<u64>(pool_row0 + r);
+    u8* pool = mine + a.off_fc2_pool + prow * a.pitch_fc2_pool;
+    if ((lane & 1) == 0) pool[(col * 32 + lane) / 2] = static_cast<u8>(q | (q_next << 4));
+    if ((lane & 15) == 0) {
+      (mine + a.off_fc2_sf + prow * a.pitch_fc2_sf)[col * 2 + lane / 16] = static_cast<u8>(code);
+    }
+  }
 }
 
 // FC2 epilogue, bf16 slots: y of the 64-row tile `col` for the sub-tile's tokens, staged as

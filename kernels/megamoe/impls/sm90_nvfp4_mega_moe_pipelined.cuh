@@ -561,22 +561,10 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
     // Loaded before the stream so that its latency hides behind it (not after the barriers).
     const float g2 = __ldg(a.fc2_scale[rank] + e);
     stream_unit(ns);
-    if constexpr (NS == 8) {
-      // Two warps per live token, one 16-column block each: the epilogue is spread over the
-      // CTA's warps (with one warp per token, those warps reached the next unit's barrier
-      // last). 16-token tiles keep one warp per token: all 16 warps have one, and the split
-      // spills their build at 96 registers.
-      for (int task = warp; task < 2 * sub_live; task += kWarps) {
-        const int i = task >> 1;
-        nvfp4_moe::fc1_requantize_block<ACT>(a, s, mine, i, cur.sub * NS + i, task & 1, cur.col,
-                                             pool_row0, g2, y);
-      }
-    } else {
-      // Warp -> token (warps past NS idle), lane -> column (one 16-column block per half-warp).
-      for (int i = warp; i < NS; i += kWarps) {
-        nvfp4_moe::fc1_requantize_token<ACT>(a, s, mine, i, cur.sub * NS + i, sub_live, cur.col,
-                                             pool_row0, g2, y);
-      }
+    // Warp -> token (warps past NS idle), lane -> column (one 16-column block per half-warp).
+    for (int i = warp; i < NS; i += kWarps) {
+      nvfp4_moe::fc1_requantize_token<ACT>(a, s, mine, i, cur.sub * NS + i, sub_live, cur.col,
+                                           pool_row0, g2, y);
     }
     end_unit();
     cur = nx;
