@@ -444,30 +444,25 @@ TEST_F(Nvfp4MegaMoe, DsV4FlashWidths) {
 // where they fit) and with one: 8-token tiles over two virtual ranks, 16-token tiles at T = 512;
 // and FP8 combine slots (whose 16-token kernel always takes one buffer: two spill).
 TEST_F(Nvfp4MegaMoe, StageBlocksAndExchangeBuffers) {
+  Case two_ranks;
+  two_ranks.inter = 1024;
+  two_ranks.ranks = 2;
+  two_ranks.top_k = 8;
+  two_ranks.tokens = 33;
+  two_ranks.routing = Routing::masked;
+  Case wide;
+  wide.inter = 1024;
+  wide.tokens = 512;
+  Case fp8 = two_ranks;
+  fp8.fp8_combine = true;
   for (const char* blocks : {"2", "1"}) {
     test::ScopedEnv stage_blocks("MEGAMOE_NVFP4_STAGE_BLOCKS", blocks);
     for (const char* buffers : {"2", "1"}) {
       test::ScopedEnv reduce_buffers("MEGAMOE_NVFP4_REDUCE_BUFFERS", buffers);
-      Case c;
-      c.inter = 1024;
-      c.ranks = 2;
-      c.top_k = 8;
-      c.tokens = 33;
-      c.routing = Routing::masked;
-      run_case(c);
-      Case wide;
-      wide.inter = 1024;
-      wide.tokens = 512;
+      run_case(two_ranks);
       run_case(wide);
     }
-    Case f8;
-    f8.inter = 1024;
-    f8.ranks = 2;
-    f8.top_k = 8;
-    f8.tokens = 33;
-    f8.routing = Routing::masked;
-    f8.fp8_combine = true;
-    run_case(f8);
+    run_case(fp8);
   }
 }
 
