@@ -176,7 +176,7 @@ MEGAMOE_DEVICE void consume(Ring<RING>& ring, const Stream& cur, const Stream& n
 // weights too), then their scales (SB * KW x 128 B). Block d * KW + kh of the step is warp kh's
 // d-th. Two blocks per stage halve the waits, releases and ring arithmetic per block.
 template <int KW, int SB>
-inline constexpr int kStageBytes = 4 * KW* SB * 1152;
+inline constexpr int kStageBytes = KW * 1152 * 4 * SB;
 
 // Where the consumer warps are in the stage ring: the next stage they read and the parity of its
 // "full" phase they wait for.
@@ -492,8 +492,9 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
     } else {
       consume<KMAX, NT, RING, KW>(ring, cs, ns, s.b, acc);
     }
-    red = s.red + red_buf * kPartialFloats<NT, KW>;
-    store_partials<NT>(s.red + red_buf * kPartialFloats<NT, KW>, acc);
+    float* const buffer = s.red + red_buf * kPartialFloats<NT, KW>;
+    store_partials<NT>(buffer, acc);
+    red = buffer;
     Sync::sync();
   };
   // The unit's raw result at tile row `row`, token `i` (after stream_unit's barrier).
