@@ -36,7 +36,8 @@ struct Nvfp4LaunchShape {
 //                              4..8 blocks per consumer warp in flight, when H / 128 and I / 128
 //                              divide by the K split, else 0.
 //   MEGAMOE_NVFP4_STAGE_BLOCKS=1|2  blocks per consumer warp in one stage. Default: 2 when
-//                              H / 128 and I / 128 divide by twice the K split, else 1.
+//                              H / 128 and I / 128 divide by twice the K split, else 1 (and 1
+//                              for the register ring, which has no stages).
 //   MEGAMOE_NVFP4_REDUCE_BUFFERS=1|2  split-K exchange buffers. Default: 2 when they fit beside
 //                              the token tile and the stages, else 1.
 // The default ring is the deepest that divides both phases' blocks per warp (no slot idles at a

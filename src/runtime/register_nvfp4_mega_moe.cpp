@@ -39,9 +39,9 @@ std::size_t smem_for(const MoEConfig& c, int block_m, int ns, int ksplit, int st
   const std::size_t slice = 4 * 32 * (n / 8) * 4 * 4;  // one K slice's partials, bytes
   const std::size_t reduce = stages < 0 ? (kw - 1) * slice + 64 * n * 4  // partials + tile
                                         : static_cast<std::size_t>(reduce_buffers) * kw * slice;
-  const std::size_t bytes = ring + ypair  // weight stages + barriers, fp8_combine's first half
-                            + n * (kmax + 8) * 2     // token tile, f16
-                            + reduce                 // split-K exchange
+  const std::size_t bytes = ring + ypair          // weight stages + barriers, fp8_combine's y block
+                            + n * (kmax + 8) * 2  // token tile, f16
+                            + reduce              // split-K exchange
                             + el * 4 + (el + 1) * 4  // counts, tile prefix
                             + 8 * 4                  // source token counts
                             + bm * 5 * 4;            // routes
@@ -111,7 +111,7 @@ Nvfp4LaunchShape nvfp4_launch_shape(const MoEConfig& c, int block_m, Nvfp4Kernel
   // ring, bench/NOTES.md), at H = 6144 none.
   // Two blocks per consumer warp and stage when both phases' block counts allow it: one wait,
   // one release and one ring step per two blocks (staged loop 158 -> 146 instructions per block,
-  // bench/NOTES.md, v8).
+  // bench/NOTES.md, v9). The register ring has no stages: one block (the value does not matter).
   if (pipelined) {
     const bool registers_fit = l.token_subtile == 8 || (c.num_ranks == 1 && !c.fp8_combine);
     const auto divides = [&](int step) {
@@ -141,6 +141,7 @@ Nvfp4LaunchShape nvfp4_launch_shape(const MoEConfig& c, int block_m, Nvfp4Kernel
                     "memory next to it",
                     std::to_string(l.stages));
     }
+    if (l.stages == 0) l.stage_blocks = 1;
     // Two split-K exchange buffers (one CTA barrier per unit instead of two, bench/NOTES.md v10)
     // when they fit beside the stages chosen above (stage depth comes first), except in the
     // FP8-combine kernel of 16-token tiles: at the register ring's 128-register cap its build
