@@ -137,5 +137,42 @@ TEST(Nvfp4Schedule, PairedTokenLayoutFeedsEveryFragment) {
   }
 }
 
+// The split-K partial tiles: every (row, token) has its own slot (a permutation per row), the
+// epilogue's reads of one token by 32 consecutive rows hit 32 banks, and a warp's stores of one
+// m16n8 accumulator element (lane 4 g + t: row g (+ 8), token 2 t (+ 1)) at most two per bank.
+template <int NS>
+void check_partial_tile() {
+  for (int row = 0; row < 64; ++row) {
+    std::set<int> cols;
+    for (int i = 0; i < NS; ++i) cols.insert(partial_column<NS>(row, i));
+    EXPECT_EQ(cols.size(), static_cast<std::size_t>(NS)) << "row " << row;
+    EXPECT_EQ(*cols.rbegin(), NS - 1);
+  }
+  for (int i = 0; i < NS; ++i) {
+    for (int row0 : {0, 32}) {
+      std::set<int> banks;
+      for (int r = row0; r < row0 + 32; ++r) banks.insert((r * NS + partial_column<NS>(r, i)) % 32);
+      EXPECT_EQ(banks.size(), 32u) << "token " << i << " rows " << row0 << "..";
+    }
+  }
+  for (int rg = 0; rg < 4; ++rg) {
+    for (int nt = 0; nt < NS / 8; ++nt) {
+      for (int c = 0; c < 4; ++c) {
+        int per_bank[32] = {};
+        for (int lane = 0; lane < 32; ++lane) {
+          const int row = rg * 16 + lane / 4 + (c / 2) * 8, i = nt * 8 + 2 * (lane % 4) + c % 2;
+          ++per_bank[(row * NS + partial_column<NS>(row, i)) % 32];
+        }
+        for (int b : per_bank) EXPECT_LE(b, 2) << "rg " << rg << " nt " << nt << " c " << c;
+      }
+    }
+  }
+}
+
+TEST(Nvfp4Schedule, PartialTilesAreConflictFreePermutations) {
+  check_partial_tile<8>();
+  check_partial_tile<16>();
+}
+
 }  // namespace
 }  // namespace megamoe::device::nvfp4_pipe

@@ -223,15 +223,6 @@ MEGAMOE_DEVICE void consume_staged(const u8* ring, u64* full, u64* empty, StageP
 template <int NT, int KW>
 inline constexpr int kPartialFloats = KW * 64 * NT * 8;
 
-// Column of token i in row `row` of a partial tile. 32 / NS consecutive rows start in the same
-// bank; XOR-ing the token with the row's group index gives the 32 rows an epilogue warp reads
-// for one token 32 different banks, and the stores of one MMA accumulator element by a warp's
-// 32 lanes (8 rows x 4 token pairs) at most two ways.
-template <int NS>
-MEGAMOE_DEVICE int partial_column(int row, int i) {
-  return i ^ ((row / (32 / NS)) % NS);
-}
-
 // Shared memory of one CTA (dynamic; src/runtime/register_nvfp4_mega_moe.cpp mirrors its size).
 // ring / full / empty: the weight stages; b: the token tile, f16 [NS][KMAX + 8] in the paired
 // layout; red: RB buffers of a unit's split-K partials (units alternate between two, or reuse

@@ -48,6 +48,16 @@ MEGAMOE_SCHED_FN int paired_load_index(int blk128, int q2, int t) {
   return blk128 * 128 + (q2 >> 1) * 64 + t * 16 + (q2 & 1) * 8;
 }
 
+// Split-K partial tiles of the pipelined kernel ([kh][row 0..63][NS tokens] f32): the column of
+// token i in row `row`. 32 / NS consecutive rows start in the same bank; XOR-ing the token with
+// the row's group index gives the 32 rows an epilogue warp reads for one token 32 different
+// banks, and the stores of one MMA accumulator element by a warp's 32 lanes (8 rows x 4 token
+// pairs) at most two ways. A permutation of the tokens within each row.
+template <int NS>
+MEGAMOE_SCHED_FN int partial_column(int row, int i) {
+  return i ^ ((row / (32 / NS)) % NS);
+}
+
 struct Unit {
   int tileg, sub, col, phase;  // phase 0 = FC1, 1 = FC2, 2 = past the end
 };
