@@ -4,9 +4,10 @@
 //
 // Generation trick: in one barrier instance the n participants add 1, except participant 0
 // which adds 2^31 - (n - 1). The n additions sum to exactly 2^31, so the counter's top bit flips
-// precisely when the last participant arrives, in any arrival order, and every participant's
-// pre-add value still carries the old top bit. Nothing needs zeroing between calls and the
-// participant count may change from one call to the next.
+// precisely when the last participant arrives, in any arrival order, and whatever a participant
+// reads before its own addition (the pre-add value of an atom, or a load ahead of a red) still
+// carries the old top bit. Nothing needs zeroing between calls and the participant count may
+// change from one call to the next.
 #include "megamoe/common.cuh"
 #include "megamoe/ptx/mma_sm90.cuh"
 
@@ -75,6 +76,19 @@ struct CtaBarrier {
 };
 using CtaSync = CtaBarrier<0>;
 
+// Named barrier ID over N threads used as a one-way signal: some warps arrive and go on, the
+// others wait until all have arrived.
+template <int ID, int N>
+struct SignalBarrier {
+  static_assert(ID > 0 && ID < 16 && N % 32 == 0, "named barriers 1..15 count whole warps");
+  MEGAMOE_DEVICE static void arrive() {
+    asm volatile("bar.arrive %0, %1;" ::"n"(ID), "n"(N) : "memory");
+  }
+  MEGAMOE_DEVICE static void wait() {
+    asm volatile("bar.sync %0, %1;" ::"n"(ID), "n"(N) : "memory");
+  }
+};
+
 MEGAMOE_DEVICE u32 arrival_value(bool first, u32 participants) {
   return first ? 0x80000000u - (participants - 1u) : 1u;
 }
@@ -85,13 +99,21 @@ MEGAMOE_DEVICE u32 arrival_value(bool first, u32 participants) {
 template <class Sync = CtaSync, Scope kScope = Scope::sys>
 MEGAMOE_DEVICE void rank_grid_barrier(u32* counter, int cta_in_rank, int n, u64 timeout_ns,
                                       u32* status, int rank, u32 phase) {
-  // bar.sync orders the CTA's writes before thread 0's cumulative release fence.
+  // bar.sync orders the CTA's writes before thread 0's arrival, a release (cumulative).
   Sync::sync();
   if (threadIdx.x == 0) {
-    fence_acq_rel<kScope>();
+    // The top bit before this instance completes: read ahead of this CTA's own arrival (same
+    // address, program order), which must land before the instance can complete. The read and
+    // the arrival travel together -- a `red` awaits no reply, where an `atom` returning the old
+    // value cost the last CTA to arrive one more round trip to L2 (bench/NOTES.md, v11).
+    const u32 old =
+        kScope == Scope::gpu ? ptx::load_relaxed_gpu(counter) : ptx::load_relaxed_sys(counter);
     const u32 arrival = arrival_value(cta_in_rank == 0, static_cast<u32>(n));
-    const u32 old = kScope == Scope::gpu ? ptx::atomic_add_release_gpu(counter, arrival)
-                                         : ptx::atomic_add_release_sys(counter, arrival);
+    if constexpr (kScope == Scope::gpu) {
+      ptx::red_add_release_gpu(counter, arrival);
+    } else {
+      ptx::red_add_release_sys(counter, arrival);
+    }
     spin_for_flip<kScope>(counter, old, timeout_ns, status, rank, phase);
     fence_acq_rel<kScope>();
   }

@@ -246,16 +246,30 @@ MEGAMOE_DEVICE int plan_tiles(const Nvfp4MoeArgs& a, S& s, int first_expert) {
     const int n = *reinterpret_cast<const volatile int*>(a.base[tid] + a.off_num_tokens);
     s.src_tokens[tid] = n < 0 ? 0 : (n > TMAX ? TMAX : n);
   }
-  if (kEveryThread || tid < THREADS) {
+  const bool counts = kEveryThread || tid < THREADS;
+  if (counts) {
     for (int e = tid; e < EL; e += THREADS) s.count[e] = 0;
   }
-  __syncthreads();
+  // Every rank's first THREADS ids are requested before its token count is known (TMAX K ids
+  // are always there to read): at decode sizes these are all of them, and the two loads'
+  // latencies overlap instead of adding up.
+  int first_id[R];
+#pragma unroll
   for (int sr = 0; sr < R; ++sr) {
     const int* idx = reinterpret_cast<const int*>(a.base[sr] + a.off_topk_idx);
-    for (int i = tid; (kEveryThread || tid < THREADS) && i < s.src_tokens[sr] * K; i += THREADS) {
-      const int id = __ldg(idx + i) - first_expert;
-      if (id >= 0 && id < EL) atomicAdd(&s.count[id], 1);
-    }
+    first_id[sr] = counts && tid < TMAX * K ? __ldg(idx + tid) : -1;
+  }
+  __syncthreads();
+  auto count = [&](int id) {
+    id -= first_expert;
+    if (id >= 0 && id < EL) atomicAdd(&s.count[id], 1);
+  };
+#pragma unroll
+  for (int sr = 0; sr < R; ++sr) {
+    const int* idx = reinterpret_cast<const int*>(a.base[sr] + a.off_topk_idx);
+    const int n = s.src_tokens[sr] * K;
+    if (counts && tid < n) count(first_id[sr]);
+    for (int i = tid + THREADS; counts && i < n; i += THREADS) count(__ldg(idx + i));
   }
   __syncthreads();
   if (warp == 0) {

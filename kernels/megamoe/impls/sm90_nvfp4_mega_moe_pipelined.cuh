@@ -327,6 +327,11 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
   // The consumers' CTA barrier: all threads, or named barrier 1 over the consumers once the
   // producer warp has gone its own way.
   using Sync = CtaBarrier<kStaged ? kThreads : 0>;
+  // Named barrier 2, with STAGES > 0: every consumer thread arrives once its CTA's first token
+  // tile is in shared memory (or at the end of FC1 if it has none); the producer waits on it
+  // after its first stage. Were all stages requested at once, every CTA's would be ~20 MB of
+  // weights queued ahead of the token-row loads, which then took ~4 us (bench/NOTES.md, v11).
+  using FirstTileReady = SignalBarrier<2, kThreads + 32>;
   constexpr int KMAX = H > I ? H : I;
   constexpr int NT = NS / 8;
   constexpr int CT = I / 32;  // FC1 column tiles (32 gate + 32 up rows each)
@@ -410,6 +415,8 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
       int stage = 0;
       u32 round = 0;
       int prev_tile = -1, e = 0;
+      bool first_tile_ready = false;
+      const u64 policy = ptx::l2_evict_first_policy();
       for (Unit u = sched.first(0); u.phase < 2; u = sched.next(u)) {
         if (u.tileg != prev_tile) {
           e = nvfp4_moe::expert_of_tile<EL>(s.tile_prefix, u.tileg);
@@ -429,15 +436,20 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
           __syncwarp();  // the stage's byte count is armed before any of its copies lands
           if (lane < 4) {
             const u64 blk = static_cast<u64>(j) * kStep;
-            ptx::bulk_load(dst, q + blk * 1024, kStep * 1024, s.full + stage);
-            ptx::bulk_load(dst + kStep * 1024, sf + blk * 128, kStep * 128, s.full + stage);
+            ptx::bulk_load(dst, q + blk * 1024, kStep * 1024, s.full + stage, policy);
+            ptx::bulk_load(dst + kStep * 1024, sf + blk * 128, kStep * 128, s.full + stage, policy);
           }
           if (++stage == STAGES) {
             stage = 0;
             ++round;
           }
+          if (!first_tile_ready) {
+            FirstTileReady::wait();
+            first_tile_ready = true;
+          }
         }
       }
+      if (!first_tile_ready) FirstTileReady::wait();
       return;
     }
   }
@@ -503,6 +515,7 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
 
   // ---- phase 1: FC1 + activation + re-quantization ----------------------------------------
   int b_tile = -1, b_sub = -1;
+  bool first_tile_ready = false;             // FirstTileReady signalled
   float route_w = 0.0f, route_alpha = 0.0f;  // this thread's route (tid < live) of a new tile
   bool fresh_routes = false;
   while (cur.phase == 0) {
@@ -537,6 +550,10 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
           s.b, sub_live, [&](int i) { return nvfp4_moe::fc1_token_row(a, s, sub * NS + i); },
           [&](int i) { return nvfp4_moe::fc1_token_sf_row(a, s, sub * NS + i); });
       Sync::sync();
+      if (kStaged && !first_tile_ready) {
+        FirstTileReady::arrive();
+        first_tile_ready = true;
+      }
     }
     if (fresh_routes) {
       // Read by the epilogue only, after stream_unit's barrier.
@@ -562,6 +579,8 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
     cur = nx;
     cs = ns;
   }
+
+  if (kStaged && !first_tile_ready) FirstTileReady::arrive();
 
   // The ring already holds the first FC2 blocks: they stream while the barrier waits.
   if constexpr (R == 1) {

@@ -45,13 +45,25 @@ MEGAMOE_DEVICE void mbarrier_wait_parity(u64* bar, u32 parity) {
       : "memory");
 }
 
-// `bytes` (a multiple of 16, both addresses 16-byte aligned) from global `src` to shared `dst`;
-// completion counts against `bar`'s expected transaction bytes.
-MEGAMOE_DEVICE void bulk_load(void* dst, const void* src, u32 bytes, u64* bar) {
+// L2 policy of bytes read once per call and far more than L2 holds (the weights): their lines go
+// first, so that L2 keeps what is read again within and across calls -- token rows, the FC1
+// outputs, routes, barrier counters, the kernel's code (bench/NOTES.md, v11). Only for bulk
+// copies: a load's policy operand must sit in a uniform register, and in the register ring's
+// FC2 loop ptxas moved it there again before every load (+24 instructions per two blocks).
+MEGAMOE_DEVICE u64 l2_evict_first_policy() {
+  u64 policy;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  return policy;
+}
+
+// `bytes` (a multiple of 16, both addresses 16-byte aligned) from global `src` to shared `dst`,
+// L2 lines under `policy` (e.g. l2_evict_first_policy); completion counts against `bar`'s
+// expected transaction bytes.
+MEGAMOE_DEVICE void bulk_load(void* dst, const void* src, u32 bytes, u64* bar, u64 policy) {
   asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
-          "r"(smem_address(dst)),
-      "l"(src), "r"(bytes), "r"(smem_address(bar))
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1], %2, [%3], %4;" ::"r"(smem_address(dst)),
+      "l"(src), "r"(bytes), "r"(smem_address(bar)), "l"(policy)
       : "memory");
 }
 

@@ -72,6 +72,17 @@ MEGAMOE_DEVICE u32 atomic_add_release_sys(u32* p, u32 v) {
   return old;
 }
 
+// Arrival without a reply.
+MEGAMOE_DEVICE void red_add_release_sys(u32* p, u32 v) {
+  asm volatile("red.release.sys.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+MEGAMOE_DEVICE u32 load_relaxed_sys(const u32* p) {
+  u32 v;
+  asm volatile("ld.relaxed.sys.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
 MEGAMOE_DEVICE u32 load_acquire_sys(const u32* p) {
   u32 v;
   asm volatile("ld.acquire.sys.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
@@ -84,10 +95,14 @@ MEGAMOE_DEVICE void fence_acq_rel_sys() {
 
 // .gpu scope: enough when every participant and every byte it orders belong to one GPU (one rank
 // driven by one launch), and cheaper than .sys.
-MEGAMOE_DEVICE u32 atomic_add_release_gpu(u32* p, u32 v) {
-  u32 old;
-  asm volatile("atom.add.release.gpu.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
-  return old;
+MEGAMOE_DEVICE void red_add_release_gpu(u32* p, u32 v) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+MEGAMOE_DEVICE u32 load_relaxed_gpu(const u32* p) {
+  u32 v;
+  asm volatile("ld.relaxed.gpu.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
 }
 
 MEGAMOE_DEVICE u32 load_acquire_gpu(const u32* p) {
