@@ -1,13 +1,65 @@
 #include "reference/activation.hpp"
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
 
 namespace megamoe::reference::detail {
+
+// The steps of kernels/megamoe/formats/exact_math.cuh, one IEEE operation each (the library is
+// built without FMA contraction).
+float exp_kernel(float x) {
+  if (std::isnan(x)) return x;
+  if (x > 89.0f) return std::numeric_limits<float>::infinity();
+  if (x < -104.0f) return 0.0f;
+  constexpr float kLog2e = 1.44269504f, kLn2Hi = 0.693145751953125f, kLn2Lo = 1.42860682e-6f;
+  const float n = std::rint(x * kLog2e);
+  float r = std::fma(n, -kLn2Hi, x);
+  r = std::fma(n, -kLn2Lo, r);
+  float p = 1.98412698e-4f;
+  p = std::fma(p, r, 1.38888889e-3f);
+  p = std::fma(p, r, 8.33333333e-3f);
+  p = std::fma(p, r, 4.16666667e-2f);
+  p = std::fma(p, r, 1.66666667e-1f);
+  p = std::fma(p, r, 0.5f);
+  p = std::fma(p, r, 1.0f);
+  p = std::fma(p, r, 1.0f);
+  const int k = static_cast<int>(n), k1 = k / 2, k2 = k - k1;
+  const float f1 = std::bit_cast<float>(static_cast<std::uint32_t>(k1 + 127) << 23);
+  const float f2 = std::bit_cast<float>(static_cast<std::uint32_t>(k2 + 127) << 23);
+  const float a = p * f1;
+  return a * f2;
+}
+
+float sigmoid_kernel(float z) {
+  return 1.0f / (1.0f + exp_kernel(-z));
+}
+
+float tanh_kernel(float u) {
+  return 1.0f + -(2.0f / (exp_kernel(2.0f * u) + 1.0f));
+}
+
 namespace {
 
+// Kernel precision (float) uses the kernels' own functions, fp64 the library's.
 template <class S>
 S sigmoid(S z) {
-  return S(1) / (S(1) + std::exp(-z));
+  if constexpr (std::is_same_v<S, float>) {
+    return sigmoid_kernel(z);
+  } else {
+    return S(1) / (S(1) + std::exp(-z));
+  }
+}
+
+template <class S>
+S tanh_of(S u) {
+  if constexpr (std::is_same_v<S, float>) {
+    return tanh_kernel(u);
+  } else {
+    return std::tanh(u);
+  }
 }
 
 // sqrt(2 / pi) and the cubic coefficient of the tanh approximation of GELU.
@@ -18,12 +70,12 @@ constexpr S kGeluCubic = S(0.044715);
 
 template <class S>
 S gelu_tanh(S g) {
-  return S(0.5) * g * (S(1) + std::tanh(kGeluScale<S> * (g + kGeluCubic<S> * g * g * g)));
+  return S(0.5) * g * (S(1) + tanh_of(kGeluScale<S> * (g + kGeluCubic<S> * g * g * g)));
 }
 
 template <class S>
 S gelu_tanh_derivative(S g) {
-  const S t = std::tanh(kGeluScale<S> * (g + kGeluCubic<S> * g * g * g));
+  const S t = tanh_of(kGeluScale<S> * (g + kGeluCubic<S> * g * g * g));
   return S(0.5) * (S(1) + t) +
          S(0.5) * g * (S(1) - t * t) * kGeluScale<S> * (S(1) + S(3) * kGeluCubic<S> * g * g);
 }

@@ -5,6 +5,13 @@
 
 namespace megamoe::reference::detail {
 
+// The kernels' fp32 e^x, sigmoid and tanh (kernels/megamoe/formats/exact_math.cuh), step for
+// step: kernel precision must match the kernels bit for bit, which std::exp / std::tanh and
+// CUDA's expf / tanhf do not do with each other.
+float exp_kernel(float x);
+float sigmoid_kernel(float z);
+float tanh_kernel(float u);
+
 template <class S>
 S activate(const ActivationSpec& spec, S gate, S up);
 

@@ -15,6 +15,7 @@
 #include "megamoe/comm/rank_barrier.cuh"
 #include "megamoe/common.cuh"
 #include "megamoe/formats/exact_codecs.cuh"
+#include "megamoe/formats/exact_math.cuh"
 #include "megamoe/formats/nvfp4_fragment_decode.cuh"
 #include "megamoe/ptx/mma_sm90.cuh"
 #include "megamoe/ptx/vector_memory.cuh"
@@ -55,17 +56,13 @@ struct Nvfp4MoeArgs {
 
 namespace nvfp4_moe {
 
-MEGAMOE_DEVICE float sigmoid(float z) {
-  return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-z)));
-}
-
 template <int ACT>
 MEGAMOE_DEVICE float activate(float gate, float up, const Nvfp4MoeArgs& a) {
   if constexpr (ACT == kActSwigluOai) {
     const float c = a.oai_limit;
     gate = gate > c ? c : gate;
     up = up > c ? c : (up < -c ? -c : up);
-    return (up + 1.0f) * (gate * sigmoid(a.oai_alpha * gate));
+    return (up + 1.0f) * (gate * exact::sigmoid_fp32(a.oai_alpha * gate));
   } else {
     if (a.clamp > 0.0f) {
       const float c = a.clamp;
@@ -73,10 +70,13 @@ MEGAMOE_DEVICE float activate(float gate, float up, const Nvfp4MoeArgs& a) {
       up = up > c ? c : (up < -c ? -c : up);
     }
     if constexpr (ACT == kActSwiglu) {
-      return gate * sigmoid(gate) * up;
+      return gate * exact::sigmoid_fp32(gate) * up;
     } else {
-      const float inner = 0.7978845608028654f * (gate + 0.044715f * gate * gate * gate);
-      return 0.5f * gate * (1.0f + tanhf(inner)) * up;
+      // Each step rounded on its own (no contraction into FMAs), as in the CPU reference.
+      const float cube = __fmul_rn(__fmul_rn(__fmul_rn(0.044715f, gate), gate), gate);
+      const float inner = __fmul_rn(0.7978845608028654f, __fadd_rn(gate, cube));
+      const float t = __fadd_rn(1.0f, exact::tanh_fp32(inner));
+      return __fmul_rn(__fmul_rn(__fmul_rn(0.5f, gate), t), up);
     }
   }
 }

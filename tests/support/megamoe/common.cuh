@@ -42,6 +42,9 @@ inline float __fdiv_rn(float a, float b) {
 inline float __fadd_rn(float a, float b) {
   return a + b;
 }
+inline float __fmaf_rn(float a, float b, float c) {
+  return std::fma(a, b, c);
+}
 inline double __dmul_rn(double a, double b) {
   return a * b;
 }
