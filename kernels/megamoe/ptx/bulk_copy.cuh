@@ -47,7 +47,7 @@ MEGAMOE_DEVICE void mbarrier_wait_parity(u64* bar, u32 parity) {
 
 // L2 policy of bytes read once per call and far more than L2 holds (the weights): their lines go
 // first, so that L2 keeps what is read again within and across calls -- token rows, the FC1
-// outputs, routes, barrier counters, the kernel's code (bench/NOTES.md, v11). Only for bulk
+// outputs, routes, barrier counters (bench/NOTES.md, v11). Only for bulk
 // copies: a load's policy operand must sit in a uniform register, and in the register ring's
 // FC2 loop ptxas moved it there again before every load (+24 instructions per two blocks).
 MEGAMOE_DEVICE u64 l2_evict_first_policy() {
