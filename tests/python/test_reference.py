@@ -102,7 +102,9 @@ def test_kernel_precision_is_close_to_exact_and_outputs_bf16():
     np.testing.assert_array_equal((bits.astype(np.uint32) << 16).view(np.float32), kernel["out"])
     a, b = kernel["out"].ravel(), exact["out"].ravel()
     cosine = a @ b / np.linalg.norm(a) / np.linalg.norm(b)
-    assert cosine > 0.98, cosine
+    # NVFP4 noise of this tiny layer (H = 128): over 300 seeds the cosine had median 0.9865 and
+    # minimum 0.9790 (seed 4207910649380585020 failed a 0.98 gate in CI); a wrong path is far lower.
+    assert cosine > 0.97, cosine
     assert exact["out_bf16"] is None
 
 
