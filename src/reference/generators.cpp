@@ -43,10 +43,6 @@ std::size_t scale_count(const QuantizedMatrix& m) {
   return 0;
 }
 
-// An empty matrix of this format and shape with every buffer sized (allocate).
-QuantizedMatrix allocated_matrix(Format format, Fp8ScaleKind fp8_scale, std::int64_t experts,
-                                 std::int64_t rows, std::int64_t cols);
-
 // Sizes every buffer of m for its format and shape.
 void allocate(QuantizedMatrix& m) {
   const auto n = static_cast<std::size_t>(m.experts * m.rows * m.cols);
@@ -73,6 +69,7 @@ void allocate(QuantizedMatrix& m) {
   }
 }
 
+// An empty matrix of this format and shape with every buffer sized.
 QuantizedMatrix allocated_matrix(Format format, Fp8ScaleKind fp8_scale, std::int64_t experts,
                                  std::int64_t rows, std::int64_t cols) {
   QuantizedMatrix m;

@@ -19,6 +19,7 @@
 #include "megamoe/formats/nvfp4_fragment_decode.cuh"
 #include "megamoe/ptx/mma_sm90.cuh"
 #include "megamoe/ptx/vector_memory.cuh"
+#include "megamoe/scheduler/nvfp4_schedule.cuh"
 
 namespace megamoe::device {
 
@@ -216,20 +217,6 @@ MEGAMOE_DEVICE void reduce_tile(S& s, float (&acc)[NT][4]) {
     }
   }
   __syncthreads();
-}
-
-// Index of the expert owning global tile `tileg`: the last e with tile_prefix[e] <= tileg.
-template <int EL>
-MEGAMOE_DEVICE int expert_of_tile(const int* tile_prefix, int tileg) {
-  int lo = 0, hi = EL - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) >> 1;
-    if (tile_prefix[mid] <= tileg)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  return lo;
 }
 
 // Phase 0 (every CTA, redundantly): each source rank's live token count, the routes it sends to
@@ -513,7 +500,7 @@ __global__ void __launch_bounds__(kNvfp4Threads, 1)
       const int ct = item - tileg * CT;
       if (tileg != cur_tile) {
         cur_tile = tileg;
-        e = nvfp4_moe::expert_of_tile<EL>(s.tile_prefix, tileg);
+        e = nvfp4_pipe::schedule_expert_of_tile<EL>(s.tile_prefix, tileg);
         tile = tileg - s.tile_prefix[e];
         live = min(BM, s.count[e] - tile * BM);
         __syncthreads();  // the previous tile's routes are no longer read
@@ -582,7 +569,7 @@ __global__ void __launch_bounds__(kNvfp4Threads, 1)
       const int ht = item - tileg * HT;
       if (tileg != cur_tile) {
         cur_tile = tileg;
-        e = nvfp4_moe::expert_of_tile<EL>(s.tile_prefix, tileg);
+        e = nvfp4_pipe::schedule_expert_of_tile<EL>(s.tile_prefix, tileg);
         tile = tileg - s.tile_prefix[e];
         live = min(BM, s.count[e] - tile * BM);
         __syncthreads();

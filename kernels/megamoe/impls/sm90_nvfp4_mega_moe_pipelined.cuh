@@ -419,7 +419,7 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
       const u64 policy = ptx::l2_evict_first_policy();
       for (Unit u = sched.first(0); u.phase < 2; u = sched.next(u)) {
         if (u.tileg != prev_tile) {
-          e = nvfp4_moe::expert_of_tile<EL>(s.tile_prefix, u.tileg);
+          e = schedule_expert_of_tile<EL>(s.tile_prefix, u.tileg);
           prev_tile = u.tileg;
         }
         const int nb = u.phase == 0 ? H / 128 : I / 128;
@@ -459,7 +459,7 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
     Stream st{nullptr, nullptr, 0, RING, -1, 0};
     if (u.phase >= 2) return st;
     const int e =
-        u.tileg == prev.tileg ? prev.expert : nvfp4_moe::expert_of_tile<EL>(s.tile_prefix, u.tileg);
+        u.tileg == prev.tileg ? prev.expert : schedule_expert_of_tile<EL>(s.tile_prefix, u.tileg);
     st.tileg = u.tileg;
     st.expert = e;
     const int nb = u.phase == 0 ? H / 128 : I / 128;
