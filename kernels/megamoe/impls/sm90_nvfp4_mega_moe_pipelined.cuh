@@ -11,6 +11,7 @@
 //               on each stage's mbarrier and release it; no weight bytes in registers.
 #include "megamoe/impls/sm90_nvfp4_mega_moe.cuh"
 #include "megamoe/ptx/bulk_copy.cuh"
+#include "megamoe/scheduler/nvfp4_claims.cuh"
 #include "megamoe/scheduler/nvfp4_schedule.cuh"
 
 namespace megamoe::device {
@@ -223,15 +224,59 @@ MEGAMOE_DEVICE void consume_staged(const u8* ring, u64* full, u64* empty, StageP
 template <int NT, int KW>
 inline constexpr int kPartialFloats = KW * 64 * NT * 8;
 
+// Units the producer has published ahead of the consumers (STAGES > 0): a ring of slots, each
+// with an mbarrier the producer arrives on once the slot holds the unit. The producer is at most
+// STAGES stages -- so at most STAGES units, each at least one stage -- ahead of the consumers'
+// releases, and a consumer reads a unit's slot before it releases any stage of that unit, so
+// more slots than stages are never overwritten unread.
+inline constexpr int kUnitSlots = 16;
+
+// Consumers' side of the unit ring: the next unit's sequence number.
+struct UnitPosition {
+  int seq;
+};
+
+// Producer's side, lane 0: the unit into slot seq % kUnitSlots, then the slot's arrival (a
+// release at CTA scope: the consumers' wait acquires the slot's contents).
+MEGAMOE_DEVICE void publish_unit(ptx::u32x4* slots, u64* ready, int seq, const Unit& u) {
+  const int q = seq % kUnitSlots;
+  slots[q] = ptx::u32x4{static_cast<u32>(u.tileg), static_cast<u32>(u.sub), static_cast<u32>(u.col),
+                        static_cast<u32>(u.phase)};
+  ptx::mbarrier_arrive(ready + q);
+}
+
+// Every consumer thread: the next unit (waits for its slot's phase seq / kUnitSlots).
+MEGAMOE_DEVICE Unit take_unit(const ptx::u32x4* slots, u64* ready, UnitPosition& pos) {
+  const int q = pos.seq % kUnitSlots;
+  ptx::mbarrier_wait_parity(ready + q, static_cast<u32>(pos.seq / kUnitSlots) & 1u);
+  const ptx::u32x4 v = slots[q];
+  ++pos.seq;
+  return Unit{static_cast<int>(v.x), static_cast<int>(v.y), static_cast<int>(v.z),
+              static_cast<int>(v.w)};
+}
+
+// The producer's claim operations for walk_claimed_phase (scheduler/nvfp4_claims.cuh), as
+// lambdas the walk calls like member functions.
+template <class IssueFront, class Resolve, class ClaimBack, class BestVictim, class Emit>
+struct ClaimOps {
+  IssueFront issue_front;
+  Resolve resolve;
+  ClaimBack claim_back;
+  BestVictim best_victim;
+  Emit emit;
+};
+
 // Shared memory of one CTA (dynamic; src/runtime/register_nvfp4_mega_moe.cpp mirrors its size).
-// ring / full / empty: the weight stages; b: the token tile, f16 [NS][KMAX + 8] in the paired
-// layout; red: RB buffers of a unit's split-K partials (units alternate between two, or reuse
-// one behind an extra barrier).
+// ring / full / empty: the weight stages; unit_ready / unit_q: the published units; b: the token
+// tile, f16 [NS][KMAX + 8] in the paired layout; red: RB buffers of a unit's split-K partials
+// (units alternate between two, or reuse one behind an extra barrier).
 template <int EL, int BM, int NS, int KMAX, int KW, int STAGES, int SB, int RB, int FP8C>
 struct Smem {
   // Weight stages and their barriers (STAGES > 0; a token 16 B otherwise).
   u8 ring[STAGES > 0 ? STAGES* kStageBytes<KW, SB> : 16];
   u64 full[STAGES > 0 ? STAGES : 1], empty[STAGES > 0 ? STAGES : 1];
+  u64 unit_ready[STAGES > 0 ? kUnitSlots : 1];
+  ptx::u32x4 unit_q[STAGES > 0 ? kUnitSlots : 1];
   u16 b[NS * (KMAX + 8)];
   float red[RB * kPartialFloats<NS / 8, KW>];
   int count[EL];
@@ -365,6 +410,8 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
       ptx::mbarrier_init(s.full + p, 1);
       ptx::mbarrier_init(s.empty + p, kThreads);
     }
+    // unit_ready[q]: one arrival (the producer's lane 0, once slot q holds its next unit).
+    for (int q = 0; q < (kStaged ? kUnitSlots : 0); ++q) ptx::mbarrier_init(s.unit_ready + q, 1);
     ptx::fence_mbarrier_init();
   }
 
@@ -380,6 +427,8 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
         },
         R, rank, grid_counter, cta_in_rank, nctas, a.timeout_ns, status, kPhaseEntry);
   }
+
+  ClaimWord* const claim_words = reinterpret_cast<ClaimWord*>(sync + a.sync_claims);
 
   // ---- phase 0: route counts and the padded pool layout (every CTA, redundantly) ----------
   const int total_tiles =
@@ -408,16 +457,20 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
   }
   if constexpr (kStaged) {
     if (warp == kWarps) {
-      // Producer: the warp walks the CTA's units in the consumers' order; per unit and step j it
-      // fills one stage with blocks [KW SB j, KW SB (j + 1)) of the unit's four row groups, once
-      // every consumer thread has released the stage's previous contents. Lane r < 4 copies row
-      // group r (two bulk copies: nibbles and scales are contiguous per row group).
+      // Producer: the warp takes the CTA's units by claims (walk_claimed_phase: its own range,
+      // then with a.steal items of other CTAs' ranges), publishes each into the unit ring and
+      // fills one stage per step j with blocks [KW SB j, KW SB (j + 1)) of the unit's four row
+      // groups, once every consumer thread has released the stage's previous contents. Lane
+      // r < 4 copies row group r (two bulk copies: nibbles and scales are contiguous per row
+      // group); lane 0 does the claims and the publishing.
       int stage = 0;
       u32 round = 0;
-      int prev_tile = -1, e = 0;
+      int prev_tile = -1, e = 0, seq = 0;
       bool first_tile_ready = false;
       const u64 policy = ptx::l2_evict_first_policy();
-      for (Unit u = sched.first(0); u.phase < 2; u = sched.next(u)) {
+      auto emit = [&](const Unit& u) {
+        if (lane == 0) publish_unit(s.unit_q, s.unit_ready, seq, u);
+        ++seq;
         if (u.tileg != prev_tile) {
           e = schedule_expert_of_tile<EL>(s.tile_prefix, u.tileg);
           prev_tile = u.tileg;
@@ -448,7 +501,52 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
             first_tile_ready = true;
           }
         }
+      };
+      for (int ph = 0; ph < 2; ++ph) {
+        const ClaimPhase p = claim_phase<CT, HT>(ph, total_tiles, FP8C != 0);
+        ClaimWord* const mine_words = claim_words + ph * kMaxClaimCtas;
+        auto resolve = [&](ClaimWord w) { return __shfl_sync(0xFFFFFFFFu, w, 0); };
+        auto issue_front = [&] {
+          return lane == 0 ? atomicAdd(mine_words + cta_in_rank, kFrontClaim) : ClaimWord{0};
+        };
+        auto claim_back = [&](int v) {
+          return resolve(lane == 0 ? atomicAdd(mine_words + v, kBackClaim) : ClaimWord{0});
+        };
+        // The other CTA of the rank with the most unclaimed items (lowest index on ties):
+        // every lane reads a share of the words, then a warp-wide arg-max.
+        auto best_victim = [&](int& left) {
+          int most = 0, who = cta_in_rank;
+          // Not unrolled: the unrolled loads raised the producer's register need and spilled
+          // the 16-token build at the 96-register cap.
+#pragma unroll 1
+          for (int v = lane; v < nctas; v += 32) {
+            if (v == cta_in_rank) continue;
+            int lo, hi;
+            claimable_range(p.items, v, nctas, lo, hi);
+            const int n = unclaimed_items(ptx::load_relaxed_gpu_u64(mine_words + v), lo, hi);
+            if (n > most) {
+              most = n;
+              who = v;
+            }
+          }
+#pragma unroll
+          for (int d = 16; d >= 1; d >>= 1) {
+            const int m = __shfl_xor_sync(0xFFFFFFFFu, most, d);
+            const int w = __shfl_xor_sync(0xFFFFFFFFu, who, d);
+            if (m > most || (m == most && w < who)) {
+              most = m;
+              who = w;
+            }
+          }
+          left = most;
+          return who;
+        };
+        auto ops = ClaimOps<decltype(issue_front), decltype(resolve), decltype(claim_back),
+                            decltype(best_victim), decltype(emit)>{issue_front, resolve, claim_back,
+                                                                   best_victim, emit};
+        walk_claimed_phase(sched, p, cta_in_rank, nctas, a.steal != 0, ops);
       }
+      if (lane == 0) publish_unit(s.unit_q, s.unit_ready, seq, Unit{0, 0, 0, 2});
       if (!first_tile_ready) FirstTileReady::wait();
       return;
     }
@@ -477,7 +575,10 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
   float acc[NT][4];
   Ring<RING> ring;           // STAGES = 0
   StagePosition pos{0, 0u};  // STAGES > 0
-  Unit cur = sched.first(0);
+  UnitPosition upos{0};      // STAGES > 0
+  // The units: with stages, as the producer publishes them; else the static schedule.
+  auto next_unit = [&] { return take_unit(s.unit_q, s.unit_ready, upos); };
+  Unit cur = kStaged ? next_unit() : sched.first(0);
   Stream cs = stream_of(cur, Stream{nullptr, nullptr, 0, RING, -1, 0});
   if constexpr (!kStaged) prime<RING, KW>(ring, cs, kh, lane);
   // One unit's MMAs over the token sub-tile (`ns`: the next unit's stream, which the register
@@ -519,8 +620,10 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
   float route_w = 0.0f, route_alpha = 0.0f;  // this thread's route (tid < live) of a new tile
   bool fresh_routes = false;
   while (cur.phase == 0) {
-    const Unit nx = sched.next(cur);
-    const Stream ns = stream_of(nx, cs);
+    // The register ring needs the next unit's stream now (it starts loading it during this
+    // one); with stages the producer may not have published it yet.
+    const Unit nx = kStaged ? cur : sched.next(cur);
+    const Stream ns = kStaged ? cs : stream_of(nx, cs);
     const int e = cs.expert;
     const int tile = cur.tileg - s.tile_prefix[e];
     const int live = min(BM, s.count[e] - tile * BM);
@@ -576,8 +679,13 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
                                            pool_row0, g2, y);
     }
     end_unit();
-    cur = nx;
-    cs = ns;
+    if constexpr (kStaged) {
+      cur = next_unit();
+      cs = stream_of(cur, cs);
+    } else {
+      cur = nx;
+      cs = ns;
+    }
   }
 
   if (kStaged && !first_tile_ready) FirstTileReady::arrive();
@@ -596,8 +704,8 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
   b_sub = -1;
   int route_src = 0, route_tok = 0, route_k = 0;  // this thread's route (tid < live) of a new tile
   while (cur.phase == 1) {
-    const Unit nx = sched.next(cur);
-    const Stream ns = stream_of(nx, cs);
+    const Unit nx = kStaged ? cur : sched.next(cur);
+    const Stream ns = kStaged ? cs : stream_of(nx, cs);
     const int e = cs.expert;
     const int tile = cur.tileg - s.tile_prefix[e];
     const int live = min(BM, s.count[e] - tile * BM);
@@ -685,8 +793,13 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
       fc2_store_bf16_rows<H, TMAX, NS, kWarps>(a, s, cur.sub, sub_live, cur.col, factor, y);
     }
     end_unit();
-    cur = nx;
-    cs = ns;
+    if constexpr (kStaged) {
+      cur = next_unit();
+      cs = stream_of(cur, cs);
+    } else {
+      cur = nx;
+      cs = ns;
+    }
   }
 
   if constexpr (R == 1) {
@@ -697,6 +810,13 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
     cross_rank_barrier<Sync>(
         [&](int p) { return reinterpret_cast<u32*>(a.base[p] + a.off_sync + a.sync_rank_barrier); },
         R, rank, grid_counter, cta_in_rank, nctas, a.timeout_ns, status);
+  }
+
+  // Every CTA of the rank has passed its last claim (the FC2 barrier follows its producer's end
+  // of walk): this CTA's claim words go back to zero for the next call.
+  if (kStaged && tid == 0) {
+    claim_words[cta_in_rank] = 0;
+    claim_words[kMaxClaimCtas + cta_in_rank] = 0;
   }
 
   // ---- phase 3: combine the rank's own tokens ----------------------------------------------
