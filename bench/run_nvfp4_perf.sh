@@ -14,11 +14,10 @@
 #           rb@N      EP1 bench, N split-K exchange buffers (1 or 2)
 #           base[@L]  EP1 bench with the baseline build BIN/base/bench_nvfp4_mega_moe (another
 #                     commit, for a side-by-side comparison in one call; L labels a repeat)
-#           steal@N   EP1 bench, work stealing on (1) or off (0: static ranges)
 #           fp8       EP1 bench with FP8 combine slots (config.fp8_combine)
 #           simple    EP1 bench, simple
 #           ncu       stall reasons of one launch (the bench's first: dsv4-flash T = 1)
-#           san       racecheck + memcheck on the small case (pipelined)
+#           san       racecheck + memcheck + synccheck on the small case (pipelined)
 #   e.g. bench/run_nvfp4_perf.sh perfbin $OUT 135 test bench
 set -u
 bin=$1
@@ -84,10 +83,6 @@ for stage in "$@"; do
       MEGAMOE_NVFP4_REDUCE_BUFFERS=${stage#rb@} step "bench_rb${stage#rb@}" 40 \
         "$bin/bench_nvfp4_mega_moe" "$out/bench_rb${stage#rb@}" &&
         benches+=("bench_rb${stage#rb@}") ;;
-    steal@*)
-      MEGAMOE_NVFP4_STEAL=${stage#steal@} step "bench_steal${stage#steal@}" 40 \
-        "$bin/bench_nvfp4_mega_moe" "$out/bench_steal${stage#steal@}" &&
-        benches+=("bench_steal${stage#steal@}") ;;
     base | base@*)
       label=bench_base${stage#base}
       label=${label/@/_}
@@ -113,7 +108,7 @@ for stage in "$@"; do
         rm -f "$out/prof.ncu-rep"
       fi ;;
     san)
-      for tool in racecheck memcheck; do
+      for tool in racecheck memcheck synccheck; do
         step "san_$tool" 40 compute-sanitizer --tool $tool "$bin/gpu_test_nvfp4_mega_moe" \
           --gtest_filter='*SanitizerSizedCase'
         grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$out/san_$tool.log" | tail -1 >>"$S"

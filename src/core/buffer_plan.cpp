@@ -97,10 +97,6 @@ std::vector<BufferRegion> plan_sync_fields(const MoEConfig& c, std::int64_t pool
   l.bytes("block_ready", sz(pool_rows / 8 + 1) * 4);
   // u32 [4]: timeout flag, rank that timed out, phase, spare (read by the host after a fault).
   l.bytes("status", 4 * 4);
-  // u64 [2][kMaxWorkClaimCtas]: the pipelined kernel's work claims per (phase, CTA of the rank),
-  // owner claims in the low half, thieves' in the high half (kernels/megamoe/scheduler/
-  // nvfp4_claims.cuh).
-  l.bytes("work_claims", 2 * kMaxWorkClaimCtas * 8);
   return l.take();
 }
 

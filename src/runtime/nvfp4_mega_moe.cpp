@@ -10,7 +10,6 @@
 #include <string>
 #include <utility>
 
-#include "core/buffer_plan_detail.hpp"
 #include "core/validate.hpp"
 #include "jit/compiler.hpp"
 #include "megamoe/error.hpp"
@@ -43,7 +42,6 @@ struct KernelArgs {
   std::uint64_t pitch_x, pitch_x_sf, pitch_fc2_pool, pitch_fc2_sf;
   std::uint64_t off_combine_sf, pitch_combine_sf;
   std::uint64_t sync_grid, sync_rank_barrier, sync_status;
-  std::uint64_t sync_claims;
   std::uint64_t timeout_ns;
   int pool_rows;
   int first_rank;
@@ -51,18 +49,7 @@ struct KernelArgs {
   int ctas_per_rank;
   float clamp;
   float oai_alpha, oai_limit;
-  int steal;
 };
-
-// MEGAMOE_NVFP4_STEAL=0 turns work stealing off (CTAs keep their static ranges) for side-by-side
-// measurements; default on.
-bool work_stealing() {
-  const char* v = std::getenv("MEGAMOE_NVFP4_STEAL");
-  if (v == nullptr || *v == '\0') return true;
-  const std::string s(v);
-  if (s == "0" || s == "1") return s == "1";
-  throw_invalid("MEGAMOE_NVFP4_STEAL", "must be 0 or 1", s);
-}
 
 std::uint64_t timeout_ns() {
   std::uint64_t ms = 60000;
@@ -183,19 +170,12 @@ void nvfp4_mega_moe(const SymmBuffer& buffer, std::span<const Nvfp4KernelWeights
   a.sync_grid = field_offset(plan, "grid_barrier", 4);
   a.sync_rank_barrier = field_offset(plan, "rank_barrier", 64);  // two counters, 32 B apart
   a.sync_status = field_offset(plan, "status", 12);
-  a.sync_claims = field_offset(plan, "work_claims", 2 * kMaxWorkClaimCtas * 8);
   a.timeout_ns = timeout_ns();
   a.pool_rows = static_cast<int>(plan.pool_rows);
   a.first_rank = driven.front();
   a.num_driven = static_cast<int>(driven.size());
   const int sms = get_num_sms();
   a.ctas_per_rank = std::max(1, sms / a.num_driven);
-  if (a.ctas_per_rank > kMaxWorkClaimCtas) {
-    throw Unsupported("nvfp4_mega_moe: " + std::to_string(a.ctas_per_rank) +
-                      " CTAs per rank (SM count / ranks driven by one launch) exceed the " +
-                      std::to_string(kMaxWorkClaimCtas) + " work-claim slots of the sync region");
-  }
-  a.steal = work_stealing() ? 1 : 0;
   a.clamp = c.activation.clamp;
   a.oai_alpha = c.activation.oai_alpha;
   a.oai_limit = c.activation.oai_limit;

@@ -48,7 +48,7 @@ TEST(BufferPlan, HandWorkedLayout) {
       {"fc2_pool", 3968, 1024, 16, 64},    // I/2
       {"fc2_pool_sf", 4992, 256, 16, 16},  // I/16 = 8 bytes padded to a 16-byte pitch
       {"combine", 5248, 4096, 8, 512},     // [K, T_max, H] bf16
-      {"sync", 9344, 4864, 0, 0},
+      {"sync", 9344, 656, 0, 0},
   };
   ASSERT_EQ(p.regions.size(), std::size(want));
   for (std::size_t i = 0; i < std::size(want); ++i) {
@@ -61,13 +61,12 @@ TEST(BufferPlan, HandWorkedLayout) {
     EXPECT_EQ(r.row_pitch, want[i].pitch);
     EXPECT_EQ(r.alignment, 128u);
   }
-  EXPECT_EQ(p.total_bytes, 14208u);
+  EXPECT_EQ(p.total_bytes, 10112u);
   // sync: rank_barrier 64 B, grid_barrier 8, send_counts R*E_local*4 = 16,
-  // expert_offsets (E_local+1)*4 = 12, block_ready (16/8+1)*4 = 12, status 16,
-  // work_claims 2 * 256 * 8 = 4096.
+  // expert_offsets (E_local+1)*4 = 12, block_ready (16/8+1)*4 = 12, status 16.
   const std::pair<const char*, std::size_t> fields[] = {
-      {"rank_barrier", 64}, {"grid_barrier", 8}, {"send_counts", 16},  {"expert_offsets", 12},
-      {"block_ready", 12},  {"status", 16},      {"work_claims", 4096}};
+      {"rank_barrier", 64},   {"grid_barrier", 8}, {"send_counts", 16},
+      {"expert_offsets", 12}, {"block_ready", 12}, {"status", 16}};
   ASSERT_EQ(p.sync_fields.size(), std::size(fields));
   for (std::size_t i = 0; i < std::size(fields); ++i) {
     EXPECT_EQ(p.sync_fields[i].name, fields[i].first);

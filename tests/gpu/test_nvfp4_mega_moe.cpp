@@ -540,39 +540,6 @@ TEST_F(Nvfp4MegaMoe, SanitizerSizedCase) {
   }
 }
 
-// Work stealing (the staged kernel's default) hands items to other CTAs than the static split
-// would: the output must not change by a bit. Few CTAs over many items each (16-SM budget, T =
-// 512, H = I = 1024) leave room for CTAs that finish their ranges early to take items of others.
-TEST_F(Nvfp4MegaMoe, StolenWorkMatchesStaticRanges) {
-  struct SmBudget {
-    SmBudget() { set_num_sms(16); }
-    ~SmBudget() { set_num_sms(0); }
-  } budget;
-  for (bool fp8 : {false, true}) {
-    Case c;
-    c.inter = 1024;
-    c.tokens = 512;
-    c.routing = Routing::masked;
-    c.fp8_combine = fp8;
-    if (!case_selected(c)) continue;
-    const std::uint64_t seed = case_seed();
-    SCOPED_TRACE(describe_case(c) + " seed " + std::to_string(seed));
-    Harness hs(c, seed);
-    Result fixed, stolen;
-    {
-      test::ScopedEnv off("MEGAMOE_NVFP4_STEAL", "0");
-      fixed = hs.poisoned_run();
-    }
-    {
-      test::ScopedEnv on("MEGAMOE_NVFP4_STEAL", "1");
-      stolen = hs.poisoned_run();
-    }
-    std::printf("  %s (stealing) seed %llu\n", hs.check(stolen).c_str(),
-                static_cast<unsigned long long>(seed));
-    EXPECT_EQ(fixed.out, stolen.out) << "stealing changed the output";
-  }
-}
-
 TEST_F(Nvfp4MegaMoe, GraphReplayMatchesEagerBitwise) {
   Case c;
   c.ranks = 2;

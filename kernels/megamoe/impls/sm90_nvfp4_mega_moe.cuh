@@ -46,7 +46,6 @@ struct Nvfp4MoeArgs {
   u64 pitch_x, pitch_x_sf, pitch_fc2_pool, pitch_fc2_sf;
   u64 off_combine_sf, pitch_combine_sf;           // fp8_combine: f32 scale per 128 values of a slot
   u64 sync_grid, sync_rank_barrier, sync_status;  // field offsets inside "sync"
-  u64 sync_claims;  // staged pipelined kernel: claim words [2][kMaxClaimCtas] (u64)
   u64 timeout_ns;
   int pool_rows;
   int first_rank;  // driven ranks: first_rank .. first_rank + num_driven - 1
@@ -54,7 +53,6 @@ struct Nvfp4MoeArgs {
   int ctas_per_rank;
   float clamp;  // swiglu / geglu: 0 = off
   float oai_alpha, oai_limit;
-  int steal;  // staged pipelined kernel: 1 = CTAs take unclaimed items of others' ranges
 };
 
 namespace nvfp4_moe {

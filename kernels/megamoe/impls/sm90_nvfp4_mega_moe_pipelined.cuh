@@ -11,7 +11,6 @@
 //               on each stage's mbarrier and release it; no weight bytes in registers.
 #include "megamoe/impls/sm90_nvfp4_mega_moe.cuh"
 #include "megamoe/ptx/bulk_copy.cuh"
-#include "megamoe/scheduler/nvfp4_claims.cuh"
 #include "megamoe/scheduler/nvfp4_schedule.cuh"
 
 namespace megamoe::device {
@@ -255,17 +254,6 @@ MEGAMOE_DEVICE Unit take_unit(const ptx::u32x4* slots, u64* ready, UnitPosition&
               static_cast<int>(v.w)};
 }
 
-// The producer's claim operations for walk_claimed_phase (scheduler/nvfp4_claims.cuh), as
-// lambdas the walk calls like member functions.
-template <class IssueFront, class Resolve, class ClaimBack, class BestVictim, class Emit>
-struct ClaimOps {
-  IssueFront issue_front;
-  Resolve resolve;
-  ClaimBack claim_back;
-  BestVictim best_victim;
-  Emit emit;
-};
-
 // Shared memory of one CTA (dynamic; src/runtime/register_nvfp4_mega_moe.cpp mirrors its size).
 // ring / full / empty: the weight stages; unit_ready / unit_q: the published units; b: the token
 // tile, f16 [NS][KMAX + 8] in the paired layout; red: RB buffers of a unit's split-K partials
@@ -428,8 +416,6 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
         R, rank, grid_counter, cta_in_rank, nctas, a.timeout_ns, status, kPhaseEntry);
   }
 
-  ClaimWord* const claim_words = reinterpret_cast<ClaimWord*>(sync + a.sync_claims);
-
   // ---- phase 0: route counts and the padded pool layout (every CTA, redundantly) ----------
   const int total_tiles =
       nvfp4_moe::plan_tiles<EL, K, R, BM, TMAX, kThreads, kThreads + (kStaged ? 32 : 0)>(
@@ -457,12 +443,12 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
   }
   if constexpr (kStaged) {
     if (warp == kWarps) {
-      // Producer: the warp takes the CTA's units by claims (walk_claimed_phase: its own range,
-      // then with a.steal items of other CTAs' ranges), publishes each into the unit ring and
-      // fills one stage per step j with blocks [KW SB j, KW SB (j + 1)) of the unit's four row
-      // groups, once every consumer thread has released the stage's previous contents. Lane
-      // r < 4 copies row group r (two bulk copies: nibbles and scales are contiguous per row
-      // group); lane 0 does the claims and the publishing.
+      // Producer: the warp walks the CTA's units, publishes each into the unit ring (the
+      // consumers read them there instead of walking the schedule themselves) and fills one
+      // stage per step j with blocks [KW SB j, KW SB (j + 1)) of the unit's four row groups, once
+      // every consumer thread has released the stage's previous contents. Lane r < 4 copies row
+      // group r (two bulk copies: nibbles and scales are contiguous per row group); lane 0
+      // publishes.
       int stage = 0;
       u32 round = 0;
       int prev_tile = -1, e = 0, seq = 0;
@@ -502,50 +488,7 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
           }
         }
       };
-      for (int ph = 0; ph < 2; ++ph) {
-        const ClaimPhase p = claim_phase<CT, HT>(ph, total_tiles, FP8C != 0);
-        ClaimWord* const mine_words = claim_words + ph * kMaxClaimCtas;
-        auto resolve = [&](ClaimWord w) { return __shfl_sync(0xFFFFFFFFu, w, 0); };
-        auto issue_front = [&] {
-          return lane == 0 ? atomicAdd(mine_words + cta_in_rank, kFrontClaim) : ClaimWord{0};
-        };
-        auto claim_back = [&](int v) {
-          return resolve(lane == 0 ? atomicAdd(mine_words + v, kBackClaim) : ClaimWord{0});
-        };
-        // The other CTA of the rank with the most unclaimed items (lowest index on ties):
-        // every lane reads a share of the words, then a warp-wide arg-max.
-        auto best_victim = [&](int& left) {
-          int most = 0, who = cta_in_rank;
-          // Not unrolled: the unrolled loads raised the producer's register need and spilled
-          // the 16-token build at the 96-register cap.
-#pragma unroll 1
-          for (int v = lane; v < nctas; v += 32) {
-            if (v == cta_in_rank) continue;
-            int lo, hi;
-            claimable_range(p.items, v, nctas, lo, hi);
-            const int n = unclaimed_items(ptx::load_relaxed_gpu_u64(mine_words + v), lo, hi);
-            if (n > most) {
-              most = n;
-              who = v;
-            }
-          }
-#pragma unroll
-          for (int d = 16; d >= 1; d >>= 1) {
-            const int m = __shfl_xor_sync(0xFFFFFFFFu, most, d);
-            const int w = __shfl_xor_sync(0xFFFFFFFFu, who, d);
-            if (m > most || (m == most && w < who)) {
-              most = m;
-              who = w;
-            }
-          }
-          left = most;
-          return who;
-        };
-        auto ops = ClaimOps<decltype(issue_front), decltype(resolve), decltype(claim_back),
-                            decltype(best_victim), decltype(emit)>{issue_front, resolve, claim_back,
-                                                                   best_victim, emit};
-        walk_claimed_phase(sched, p, cta_in_rank, nctas, a.steal != 0, ops);
-      }
+      for (Unit u = sched.first(0); u.phase < 2; u = sched.next(u)) emit(u);
       if (lane == 0) publish_unit(s.unit_q, s.unit_ready, seq, Unit{0, 0, 0, 2});
       if (!first_tile_ready) FirstTileReady::wait();
       return;
@@ -810,13 +753,6 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
     cross_rank_barrier<Sync>(
         [&](int p) { return reinterpret_cast<u32*>(a.base[p] + a.off_sync + a.sync_rank_barrier); },
         R, rank, grid_counter, cta_in_rank, nctas, a.timeout_ns, status);
-  }
-
-  // Every CTA of the rank has passed its last claim (the FC2 barrier follows its producer's end
-  // of walk): this CTA's claim words go back to zero for the next call.
-  if (kStaged && tid == 0) {
-    claim_words[cta_in_rank] = 0;
-    claim_words[kMaxClaimCtas + cta_in_rank] = 0;
   }
 
   // ---- phase 3: combine the rank's own tokens ----------------------------------------------

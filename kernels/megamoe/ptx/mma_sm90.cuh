@@ -105,12 +105,6 @@ MEGAMOE_DEVICE u32 load_relaxed_gpu(const u32* p) {
   return v;
 }
 
-MEGAMOE_DEVICE unsigned long long load_relaxed_gpu_u64(const unsigned long long* p) {
-  unsigned long long v;
-  asm volatile("ld.relaxed.gpu.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-  return v;
-}
-
 MEGAMOE_DEVICE u32 load_acquire_gpu(const u32* p) {
   u32 v;
   asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
