@@ -35,7 +35,7 @@ struct BufferRegion {
 //     "topk_idx"     [T_max, K] i32, -1 = masked (padding rows [T, T_max) are all -1)
 //     "topk_weights" [T_max, K] f32 (0 on masked routes)
 //     "num_tokens"   i32 live token count of the last pre-dispatch
-//     "error_count"  u32 out-of-range expert ids seen by pre-dispatch (host-readable)
+//     "error_count"  u32 out-of-range or repeated expert ids seen by pre-dispatch (host-readable)
 //   expert pools, local to the rank that owns the experts:
 //     "route_list"   i32 triples {src_rank, token, k} of the routes to local experts, grouped by
 //                    expert, each expert padded to BLOCK_M

@@ -20,7 +20,8 @@ struct PreDispatchInputs {
 };
 
 // Quantizes and publishes every given rank's tokens. T <= config.max_tokens_per_rank; rows
-// [T, T_max) are marked padding (id -1, weight 0). Out-of-range expert ids are stored as -1
+// [T, T_max) are marked padding (id -1, weight 0). Out-of-range expert ids, and repeats of an
+// expert id within one token's top-k after its first occurrence, are stored as -1 (weight 0)
 // and counted in the rank's "error_count" region. No host synchronization; capturable in a CUDA
 // graph; launched with programmatic dependent launch allowed.
 void mega_moe_pre_dispatch(const SymmBuffer& buffer, std::span<const PreDispatchInputs> inputs,

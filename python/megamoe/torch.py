@@ -162,7 +162,9 @@ def mega_moe_pre_dispatch(buffer: SymmBuffer, x: torch.Tensor, topk_idx: torch.T
 
 
 def read_and_clear_dispatch_errors(buffer: SymmBuffer, rank: Optional[int] = None) -> int:
-    """Count of out-of-range expert ids pre-dispatch saw on rank (synchronizes the stream)."""
+    """Count of out-of-range or repeated expert ids pre-dispatch saw on rank.
+
+    Synchronizes the stream and zeroes the counter."""
     rank = buffer.driven_ranks[0] if rank is None else rank
     return _core.read_and_clear_dispatch_errors(buffer.core, rank, _stream(buffer.device))
 

@@ -177,10 +177,31 @@ HostInputs make_inputs(const Case& c, std::int64_t tokens, std::mt19937_64& rng,
                                   idx64 ? (std::int64_t{1} << 33) + 3 : 1 << 30,
                                   idx64 ? std::numeric_limits<std::int64_t>::min() : -(1 << 30)};
       id = bad[rng() % 6];
-      ++errors;
     }
     in.ids[i] = id;
     in.weights[i] = weight(rng);
+  }
+  // Ids drawn with replacement repeat within a row now and then; the first rows repeat their
+  // first id on purpose. Errors: every id outside [-1, E), and every repeat of an in-range id
+  // after its first occurrence in the row.
+  const std::size_t rows = static_cast<std::size_t>(tokens);
+  for (std::size_t r = 0; r < rows && r < 3 && k >= 2; ++r) in.ids[r * k + 1] = in.ids[r * k];
+  errors = 0;
+  for (std::size_t r = 0; r < rows; ++r) {
+    for (std::size_t j = 0; j < k; ++j) {
+      const std::int64_t id = in.ids[r * k + j];
+      if (id == -1) continue;
+      if (id < 0 || id >= c.num_experts) {
+        ++errors;
+        continue;
+      }
+      for (std::size_t i = 0; i < j; ++i) {
+        if (in.ids[r * k + i] == id) {
+          ++errors;
+          break;
+        }
+      }
+    }
   }
   if (scales) {
     std::uniform_real_distribution<float> scale(0.5f, 2.0f);
@@ -247,6 +268,9 @@ Expected oracle(const Case& c, const HostInputs& in) {
   for (std::size_t i = 0; i < in.ids.size(); ++i) {
     const std::int64_t id = in.ids[i];
     if (id < 0 || id >= c.num_experts) continue;
+    bool repeat = false;  // an earlier route of the row to the same expert keeps it
+    for (std::size_t j = i - i % k; j < i; ++j) repeat = repeat || in.ids[j] == id;
+    if (repeat) continue;
     e.ids[i] = static_cast<std::int32_t>(id);
     e.weights[i] = in.expert_scales.empty()
                        ? in.weights[i]

@@ -71,27 +71,41 @@ MEGAMOE_DEVICE u32 pack_e4m3x4(const float* q) {
   }
 }
 
-// Routing metadata of one live row: masked and out-of-range ids become -1 with weight 0; the
-// out-of-range ones are counted (one atomic per CTA). Run by warp 0 in full.
+// Routing metadata of one live row: masked, out-of-range and repeated ids become -1 with weight
+// 0; the out-of-range and repeated ones are counted (one atomic per CTA). A repeat of an expert
+// id within the row keeps its first occurrence: the MoE kernels' pool bound counts one route per
+// expert and token (docs/api.md, section 3.2), so a repeat would overflow it. Run by warp 0 in
+// full.
 template <int kTopK, int kNumExperts, bool kIdx64, bool kExpertScales>
 MEGAMOE_DEVICE void publish_routes(const PreDispatchParams& p, int row, int lane) {
-  bool bad = false;
+  static_assert(kTopK <= 32, "one lane per route");
+  i64 id = -1;
+  float w = 0.0f;
   if (lane < kTopK) {
-    i64 id;
     if constexpr (kIdx64) {
       id = static_cast<const i64*>(p.topk_idx)[row * p.idx_row_stride + lane];
     } else {
       id = static_cast<const i32*>(p.topk_idx)[row * p.idx_row_stride + lane];
     }
-    const float w = p.topk_weights[row * p.weight_row_stride + lane];
-    const bool valid = id >= 0 && id < kNumExperts;
-    bad = !valid && id != -1;
+    w = p.topk_weights[row * p.weight_row_stride + lane];
+  }
+  const bool in_range = lane < kTopK && id >= 0 && id < kNumExperts;
+  const i32 kept = in_range ? static_cast<i32>(id) : -1;
+  bool repeat = false;
+#pragma unroll
+  for (int j = 0; j + 1 < kTopK; ++j) {
+    const i32 earlier = __shfl_sync(0xFFFFFFFFu, kept, j);
+    repeat |= j < lane && in_range && earlier == kept;
+  }
+  const bool valid = in_range && !repeat;
+  const bool bad = lane < kTopK && ((!in_range && id != -1) || repeat);
+  if (lane < kTopK) {
     float out_w = 0.0f;
     if (valid) {
       out_w = w;
       if constexpr (kExpertScales) out_w = __fmul_rn(w, p.expert_scales[id]);
     }
-    p.out_idx[row * p.out_route_pitch + lane] = valid ? static_cast<i32>(id) : -1;
+    p.out_idx[row * p.out_route_pitch + lane] = valid ? kept : -1;
     p.out_weights[row * p.out_route_pitch + lane] = out_w;
   }
   const u32 bad_lanes = __ballot_sync(0xFFFFFFFFu, bad);
