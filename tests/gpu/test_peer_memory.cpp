@@ -75,7 +75,17 @@ void pre_dispatch_smoke(const SymmBuffer& b, std::mt19937_64& rng) {
   for (auto& v : x) v = formats::bf16_from_float(static_cast<float>(rng() % 200) / 50.0f - 2.0f);
   std::vector<std::int32_t> ids(static_cast<std::size_t>(t * c.shape.top_k));
   std::vector<float> w(ids.size(), 0.25f);
-  for (auto& id : ids) id = static_cast<std::int32_t>(rng() % 64);
+  // Distinct ids per token, as a router's top-k gives (repeats would count as errors).
+  const auto k = static_cast<std::size_t>(c.shape.top_k);
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    std::int32_t id = 0;
+    do {
+      id = static_cast<std::int32_t>(rng() % 64);
+    } while (std::find(ids.begin() + static_cast<std::ptrdiff_t>(i - i % k),
+                       ids.begin() + static_cast<std::ptrdiff_t>(i),
+                       id) != ids.begin() + static_cast<std::ptrdiff_t>(i));
+    ids[i] = id;
+  }
   runtime::DeviceBuffer dx(x.size() * 2), di(ids.size() * 4), dw(w.size() * 4);
   dx.copy_from_host(std::as_bytes(std::span<const std::uint16_t>(x)));
   di.copy_from_host(std::as_bytes(std::span<const std::int32_t>(ids)));
