@@ -265,8 +265,6 @@ struct Smem {
   u64 full[STAGES > 0 ? STAGES : 1], empty[STAGES > 0 ? STAGES : 1];
   u64 unit_ready[STAGES > 0 ? kUnitSlots : 1];
   ptx::u32x4 unit_q[STAGES > 0 ? kUnitSlots : 1];
-  // Per exchange buffer: partials stored (red_full) and the epilogue's reads done (red_free).
-  u64 red_full[2], red_free[2];
   u16 b[NS * (KMAX + 8)];
   float red[RB * kPartialFloats<NS / 8, KW>];
   int count[EL];
@@ -392,18 +390,6 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
   u32* const status = reinterpret_cast<u32*>(sync + a.sync_status);
   const int first_expert = rank * EL;
 
-  // Two exchange buffers without FP8 combine (whose epilogue has a CTA barrier of its own):
-  // mbarriers instead of a CTA barrier per unit. Warps that store their partials go on to the
-  // next unit; only the epilogue's warps wait for the partials (bench/NOTES.md, v12).
-  constexpr bool kAsyncExchange = RB == 2 && FP8C == 0;
-  if (kAsyncExchange && tid == 0) {
-    // red_full[b], red_free[b]: one arrival per consumer thread per use of buffer b (after its
-    // partials are stored / after the unit's epilogue). Visible after phase 0's barriers.
-    for (int b = 0; b < 2; ++b) {
-      ptx::mbarrier_init(s.red_full + b, kThreads);
-      ptx::mbarrier_init(s.red_free + b, kThreads);
-    }
-  }
   if (kStaged && tid == 0) {
     // full[s]: 1 arrival (the producer's expect_tx) + the stage's bytes; empty[s]: one arrival
     // per consumer thread (each releases its own reads). Visible to the copy engine and every
@@ -540,10 +526,8 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
   if constexpr (!kStaged) prime<RING, KW>(ring, cs, kh, lane);
   // One unit's MMAs over the token sub-tile (`ns`: the next unit's stream, which the register
   // ring starts loading at the end of this one); its split-K partials land in `red` (the unit's
-  // exchange buffer), readable to the epilogue after one CTA barrier, or with kAsyncExchange
-  // once await_partials returns.
+  // exchange buffer) and one CTA barrier makes them readable to the epilogue.
   int red_buf = 0;
-  int red_use = 0;  // kAsyncExchange: uses of buffer red_buf so far (its mbarriers' phase)
   const float* red = s.red;
   auto stream_unit = [&](const Stream& ns) {
 #pragma unroll
@@ -556,35 +540,17 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
       consume<KMAX, NT, RING, KW>(ring, cs, ns, s.b, acc);
     }
     float* const buffer = s.red + red_buf * kPartialFloats<NT, KW>;
-    if constexpr (kAsyncExchange) {
-      // The buffer's previous unit (two units back) must have finished its epilogue.
-      if (red_use > 0) ptx::mbarrier_wait_parity(s.red_free + red_buf, (red_use - 1) & 1);
-      store_partials<NT>(buffer, acc);
-      ptx::mbarrier_arrive(s.red_full + red_buf);
-    } else {
-      store_partials<NT>(buffer, acc);
-      Sync::sync();
-    }
+    store_partials<NT>(buffer, acc);
     red = buffer;
+    Sync::sync();
   };
-  // Before a warp's first read of the unit's partials (kAsyncExchange; warps without epilogue
-  // work skip it).
-  auto await_partials = [&] {
-    if constexpr (kAsyncExchange) ptx::mbarrier_wait_parity(s.red_full + red_buf, red_use & 1);
-  };
-  // The unit's raw result at tile row `row`, token `i` (after stream_unit's barrier, or
-  // await_partials).
+  // The unit's raw result at tile row `row`, token `i` (after stream_unit's barrier).
   auto y = [&](int row, int i) { return unit_sum<NT, KW>(red, row, i); };
-  // After the epilogue: with two exchange buffers the next unit writes the other one (with a
-  // CTA barrier per unit every thread has left this epilogue before it passes the next unit's
-  // barrier, so the unit after that may overwrite this buffer; with kAsyncExchange the writers
-  // wait for red_free); with one, a barrier keeps this epilogue's reads first.
+  // After the epilogue: with two exchange buffers the next unit writes the other one (every
+  // thread has left this epilogue before it passes the next unit's barrier, so the unit after
+  // that may overwrite this buffer); with one, a barrier keeps this epilogue's reads first.
   auto end_unit = [&] {
-    if constexpr (kAsyncExchange) {
-      ptx::mbarrier_arrive(s.red_free + red_buf);
-      red_use += red_buf;  // both buffers used once more after every second unit
-      red_buf ^= 1;
-    } else if constexpr (RB == 2) {
+    if constexpr (RB == 2) {
       red_buf ^= 1;
     } else {
       Sync::sync();
@@ -651,7 +617,6 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
     const float g2 = __ldg(a.fc2_scale[rank] + e);
     stream_unit(ns);
     // Warp -> token (warps past NS idle), lane -> column (one 16-column block per half-warp).
-    if (warp < NS) await_partials();
     for (int i = warp; i < NS; i += kWarps) {
       nvfp4_moe::fc1_requantize_token<ACT>(a, s, mine, i, cur.sub * NS + i, sub_live, cur.col,
                                            pool_row0, g2, y);
@@ -768,7 +733,6 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
         }
       }
     } else {
-      if (warp < 2 * sub_live) await_partials();  // fc2_store_bf16_rows: tasks 0 .. 2 sub_live
       fc2_store_bf16_rows<H, TMAX, NS, kWarps>(a, s, cur.sub, sub_live, cur.col, factor, y);
     }
     end_unit();
