@@ -121,11 +121,12 @@ Nvfp4LaunchShape nvfp4_launch_shape(const MoEConfig& c, int block_m, Nvfp4Kernel
       return (c.shape.hidden / 128) % step == 0 && (c.shape.intermediate / 128) % step == 0;
     };
     const bool divisible = divides(l.ksplit) && registers_fit;
-    l.stage_blocks = env_choice("MEGAMOE_NVFP4_STAGE_BLOCKS", {1, 2}, divides(2 * l.ksplit) ? 2 : 1,
-                                "must be 1 or 2");
-    if (l.stage_blocks == 2 && !divides(2 * l.ksplit)) {
+    l.stage_blocks = env_choice("MEGAMOE_NVFP4_STAGE_BLOCKS", {1, 2, 4},
+                                divides(2 * l.ksplit) ? 2 : 1, "must be 1, 2 or 4");
+    if (l.stage_blocks > 1 && !divides(l.stage_blocks * l.ksplit)) {
       throw_invalid("MEGAMOE_NVFP4_STAGE_BLOCKS",
-                    "2 needs H / 128 and I / 128 divisible by twice the K split",
+                    std::to_string(l.stage_blocks) +
+                        " needs H / 128 and I / 128 divisible by that many times the K split",
                     std::to_string(l.stage_blocks));
     }
     const auto fits = [&](int st) {

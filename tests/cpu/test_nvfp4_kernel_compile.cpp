@@ -238,7 +238,7 @@ TEST(Nvfp4KernelCompile, TuningOverridesAreChecked) {
     EXPECT_THROW(runtime::nvfp4_launch_shape(c, 8, pipelined), InvalidArgument);
   }
   {
-    test::ScopedEnv bad("MEGAMOE_NVFP4_STAGE_BLOCKS", "4");
+    test::ScopedEnv bad("MEGAMOE_NVFP4_STAGE_BLOCKS", "3");
     EXPECT_THROW(runtime::nvfp4_launch_shape(c, 8, pipelined), InvalidArgument);
   }
   {
@@ -246,6 +246,8 @@ TEST(Nvfp4KernelCompile, TuningOverridesAreChecked) {
     const MoEConfig narrow = config(1024, 512, 32, 8, 1, 512);
     EXPECT_EQ(runtime::nvfp4_launch_shape(narrow, 8, pipelined).stage_blocks, 1);
     test::ScopedEnv two("MEGAMOE_NVFP4_STAGE_BLOCKS", "2");
+    EXPECT_THROW(runtime::nvfp4_launch_shape(narrow, 8, pipelined), InvalidArgument);
+    test::ScopedEnv four("MEGAMOE_NVFP4_STAGE_BLOCKS", "4");
     EXPECT_THROW(runtime::nvfp4_launch_shape(narrow, 8, pipelined), InvalidArgument);
   }
   {

@@ -350,7 +350,7 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
                 "ring depth 2..8 (2..4 under the 16-warp register cap)");
   static_assert(STAGES == 0 || (STAGES >= 2 && STAGES <= 8), "0 (register ring) or 2..8 stages");
   static_assert(FP8C == 0 || FP8C == 1, "fp8_combine is a flag");
-  static_assert(SB == 1 || SB == 2, "one or two blocks per consumer warp and stage");
+  static_assert(SB == 1 || SB == 2 || SB == 4, "1, 2 or 4 blocks per consumer warp and stage");
   static_assert(STAGES == 0 || ((H / 128) % (KW * SB) == 0 && (I / 128) % (KW * SB) == 0),
                 "stages hold SB blocks per consumer warp: H / 128 and I / 128 multiples of KW SB");
   using namespace nvfp4_pipe;
