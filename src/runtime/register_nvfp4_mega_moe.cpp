@@ -134,7 +134,9 @@ Nvfp4LaunchShape nvfp4_launch_shape(const MoEConfig& c, int block_m, Nvfp4Kernel
     };
     int best = 0;
     for (int blocks = 8; blocks >= 4 && best == 0 && divisible; blocks -= l.stage_blocks) {
-      if (fits(blocks / l.stage_blocks)) best = blocks / l.stage_blocks;
+      if (blocks / l.stage_blocks >= 2 && fits(blocks / l.stage_blocks)) {
+        best = blocks / l.stage_blocks;
+      }
     }
     l.stages = env_choice("MEGAMOE_NVFP4_STAGES", {0, 2, 3, 4, 5, 6, 7, 8}, best,
                           "must be 0 (register ring) or 2..8");
