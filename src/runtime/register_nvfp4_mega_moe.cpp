@@ -114,15 +114,21 @@ Nvfp4LaunchShape nvfp4_launch_shape(const MoEConfig& c, int block_m, Nvfp4Kernel
   // ring, bench/NOTES.md), at H = 6144 none.
   // Two blocks per consumer warp and stage when both phases' block counts allow it: one wait,
   // one release and one ring step per two blocks (staged loop 158 -> 146 instructions per block,
-  // bench/NOTES.md, v9). The register ring has no stages: one block (the value does not matter).
+  // bench/NOTES.md, v9); four when they allow it and two such stages fit (141 per block;
+  // dsv4-flash T = 16 / 64 / 128 2-4 % faster with 2 stages of 4 than with 4 of 2, v13). The
+  // register ring has no stages: one block (the value does not matter).
   if (pipelined) {
     const bool registers_fit = l.token_subtile == 8 || (c.num_ranks == 1 && !c.fp8_combine);
     const auto divides = [&](int step) {
       return (c.shape.hidden / 128) % step == 0 && (c.shape.intermediate / 128) % step == 0;
     };
     const bool divisible = divides(l.ksplit) && registers_fit;
-    l.stage_blocks = env_choice("MEGAMOE_NVFP4_STAGE_BLOCKS", {1, 2, 4},
-                                divides(2 * l.ksplit) ? 2 : 1, "must be 1, 2 or 4");
+    const bool two_stages_of_four =
+        divisible && divides(4 * l.ksplit) &&
+        smem_for(c, block_m, l.token_subtile, l.ksplit, 2, 4) <= kMaxDynamicSmem;
+    const int preferred_blocks = two_stages_of_four ? 4 : divides(2 * l.ksplit) ? 2 : 1;
+    l.stage_blocks =
+        env_choice("MEGAMOE_NVFP4_STAGE_BLOCKS", {1, 2, 4}, preferred_blocks, "must be 1, 2 or 4");
     if (l.stage_blocks > 1 && !divides(l.stage_blocks * l.ksplit)) {
       throw_invalid("MEGAMOE_NVFP4_STAGE_BLOCKS",
                     std::to_string(l.stage_blocks) +

@@ -58,7 +58,8 @@ TEST(Nvfp4KernelCompile, SmallShapesEveryRankCountAndTile) {
 // The GPU sanitizer cases (tests/gpu/test_nvfp4_mega_moe.cpp, SanitizerSizedCase), two ranks:
 // H / 128 = I / 128 = 4 blocks (shared-memory stages) and I / 128 = 1 (register ring).
 TEST(Nvfp4KernelCompile, SanitizerShapes) {
-  for (const MoEConfig& c : {config(512, 512, 8, 6, 2, 16), config(256, 128, 8, 6, 2, 16)}) {
+  for (const MoEConfig& c : {config(2048, 2048, 8, 6, 2, 16), config(512, 512, 8, 6, 2, 16),
+                             config(256, 128, 8, 6, 2, 16)}) {
     for (int bm : {8, 16}) compile_and_check(c, bm);
   }
 }
@@ -84,6 +85,19 @@ TEST(Nvfp4KernelCompile, StageBlocksAndExchangeBufferShapes) {
       }
       const MoEConfig one = config(1024, 1024, 32, 8, 1, 512);
       compile_one(one, get_block_m_for_mega_moe(one, 512), runtime::Nvfp4KernelVersion::pipelined);
+    }
+  }
+  // H = I = 2048 (16 blocks: four per warp of the K split): two stages of four blocks by
+  // default, bf16 and FP8 combine, one and two ranks (9 tokens: 8-token tiles).
+  for (int ranks : {1, 2}) {
+    for (bool fp8 : {false, true}) {
+      MoEConfig c = config(2048, 2048, 32, 8, ranks, 512);
+      c.fp8_combine = fp8;
+      const int bm = get_block_m_for_mega_moe(c, 9);
+      const runtime::Nvfp4LaunchShape l = runtime::nvfp4_launch_shape(c, bm);
+      EXPECT_EQ(l.stage_blocks, 4) << describe(c) << " BLOCK_M " << bm;
+      EXPECT_EQ(l.stages, 2) << describe(c);
+      compile_one(c, bm, runtime::Nvfp4KernelVersion::pipelined);
     }
   }
 }

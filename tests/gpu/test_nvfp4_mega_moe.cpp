@@ -502,6 +502,14 @@ TEST_F(Nvfp4MegaMoe, StageBlocksAndExchangeBuffers) {
     }
     run_case(fp8);
   }
+  // H = I = 2048: two stages of four blocks per consumer warp (the default where they fit).
+  Case four = two_ranks;
+  four.hidden = 2048;
+  four.inter = 2048;
+  four.tokens = 9;
+  run_case(four);
+  four.fp8_combine = true;
+  run_case(four);
 }
 
 // The whole layer as users call it: mega_moe_pre_dispatch, then nvfp4_mega_moe.
@@ -514,14 +522,15 @@ TEST_F(Nvfp4MegaMoe, EndToEndWithLibraryPreDispatch) {
   run_case(c, /*library_dispatch=*/true);
 }
 
-// Small enough for compute-sanitizer, once per weight-streaming mode: H = I = 1024 (H / 128 and
-// I / 128 divide by twice the K split) runs shared-memory stages of two blocks per consumer
-// warp, H = I = 512 (they divide by the K split) stages of one block, both with the producer
+// Small enough for compute-sanitizer, once per weight-streaming mode: H = I = 2048 (H / 128 and
+// I / 128 divide by four times the K split) runs two shared-memory stages of four blocks per
+// consumer warp, H = I = 1024 (twice the K split) stages of two blocks, H = I = 512 (they divide
+// by the K split) stages of one block, all with the producer
 // warp; I = 128 (one block) runs the register ring. All with two split-K exchange buffers, and
 // H = I = 512 once more with one.
 TEST_F(Nvfp4MegaMoe, SanitizerSizedCase) {
-  for (std::int64_t inter :
-       {std::int64_t{1024}, std::int64_t{512}, std::int64_t{128}, std::int64_t{-512}}) {
+  for (std::int64_t inter : {std::int64_t{2048}, std::int64_t{1024}, std::int64_t{512},
+                             std::int64_t{128}, std::int64_t{-512}}) {
     std::optional<test::ScopedEnv> one_buffer;
     if (inter < 0) {
       one_buffer.emplace("MEGAMOE_NVFP4_REDUCE_BUFFERS", "1");
