@@ -224,10 +224,10 @@ TEST(Nvfp4KernelCompile, TuningOverridesAreChecked) {
   test::ScopedEnv r3("MEGAMOE_NVFP4_RING", "3");
   EXPECT_EQ(runtime::nvfp4_launch_shape(c, 8, pipelined).ring, 3);
   // Stages: 8 blocks per consumer warp fit next to an 8-token tile of H = 4096 (16 consumer
-  // warps + the producer); H / 128 = 32 and I / 128 = 16 divide by 2 x 4: two blocks a stage.
+  // warps + the producer); H / 128 = 32 and I / 128 = 16 divide by 4 x 4: four blocks a stage.
   const runtime::Nvfp4LaunchShape staged = runtime::nvfp4_launch_shape(c, 8, pipelined);
-  EXPECT_EQ(staged.stage_blocks, 2);
-  EXPECT_EQ(staged.stages, 4);
+  EXPECT_EQ(staged.stage_blocks, 4);
+  EXPECT_EQ(staged.stages, 2);
   EXPECT_EQ(staged.threads, 544);
   {
     test::ScopedEnv one("MEGAMOE_NVFP4_STAGE_BLOCKS", "1");
@@ -235,7 +235,13 @@ TEST(Nvfp4KernelCompile, TuningOverridesAreChecked) {
     EXPECT_EQ(single.stage_blocks, 1);
     EXPECT_EQ(single.stages, 8);
     EXPECT_EQ(single.smem - staged.smem,
-              std::size_t{4 * 16});  // the same bytes, 4 more barrier pairs
+              std::size_t{6 * 16});  // the same bytes, 6 more barrier pairs
+  }
+  {
+    test::ScopedEnv two("MEGAMOE_NVFP4_STAGE_BLOCKS", "2");
+    const runtime::Nvfp4LaunchShape pairs = runtime::nvfp4_launch_shape(c, 8, pipelined);
+    EXPECT_EQ(pairs.stage_blocks, 2);
+    EXPECT_EQ(pairs.stages, 4);
   }
   // Two split-K exchange buffers fit beside those stages; not beside a 16-token tile's.
   EXPECT_EQ(staged.reduce_buffers, 2);
