@@ -10,13 +10,13 @@
 #           bench4    EP1 bench, pipelined, ring 4
 #           bench@KS/RG  EP1 bench, pipelined, K split KS and ring depth RG (e.g. bench@2/8)
 #           stages@N  EP1 bench, pipelined, N shared-memory weight stages (0: register ring)
-#           sb@N      EP1 bench, N blocks per consumer warp in a shared-memory stage (1 or 2)
+#           sb@N      EP1 bench, N blocks per consumer warp in a shared-memory stage (1, 2 or 4)
 #           rb@N      EP1 bench, N split-K exchange buffers (1 or 2)
 #           base[@L]  EP1 bench with the baseline build BIN/base/bench_nvfp4_mega_moe (another
 #                     commit, for a side-by-side comparison in one call; L labels a repeat)
 #           fp8       EP1 bench with FP8 combine slots (config.fp8_combine)
 #           simple    EP1 bench, simple
-#           ncu       stall reasons of one launch (the bench's first: dsv4-flash T = 1)
+#           ncu       stall reasons of one launch (dsv4-flash, uniform, T = NCU_TOKENS, default 128)
 #           san       racecheck + memcheck + synccheck on the small case (pipelined)
 #   e.g. bench/run_nvfp4_perf.sh perfbin $OUT 135 test bench
 set -u
