@@ -525,9 +525,8 @@ TEST_F(Nvfp4MegaMoe, EndToEndWithLibraryPreDispatch) {
 // Small enough for compute-sanitizer, once per weight-streaming mode: H = I = 2048 (H / 128 and
 // I / 128 divide by four times the K split) runs two shared-memory stages of four blocks per
 // consumer warp, H = I = 1024 (twice the K split) stages of two blocks, H = I = 512 (they divide
-// by the K split) stages of one block, all with the producer
-// warp; I = 128 (one block) runs the register ring. All with two split-K exchange buffers, and
-// H = I = 512 once more with one.
+// by the K split) stages of one block, all with the producer warp; I = 128 (one block) runs the
+// register ring. All with two split-K exchange buffers, and H = I = 512 once more with one.
 TEST_F(Nvfp4MegaMoe, SanitizerSizedCase) {
   for (std::int64_t inter : {std::int64_t{2048}, std::int64_t{1024}, std::int64_t{512},
                              std::int64_t{128}, std::int64_t{-512}}) {

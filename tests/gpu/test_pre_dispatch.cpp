@@ -186,7 +186,6 @@ HostInputs make_inputs(const Case& c, std::int64_t tokens, std::mt19937_64& rng,
   // after its first occurrence in the row.
   const std::size_t rows = static_cast<std::size_t>(tokens);
   for (std::size_t r = 0; r < rows && r < 3 && k >= 2; ++r) in.ids[r * k + 1] = in.ids[r * k];
-  errors = 0;
   for (std::size_t r = 0; r < rows; ++r) {
     for (std::size_t j = 0; j < k; ++j) {
       const std::int64_t id = in.ids[r * k + j];

@@ -174,7 +174,8 @@ MEGAMOE_DEVICE void consume(Ring<RING>& ring, const Stream& cur, const Stream& n
 // Shared-memory stages (STAGES > 0), SB blocks per consumer warp each. Stage layout, per row
 // group rg: the nibbles of its SB * KW blocks of this step (SB * KW x 1024 B, contiguous in the
 // weights too), then their scales (SB * KW x 128 B). Block d * KW + kh of the step is warp kh's
-// d-th. Two blocks per stage halve the waits, releases and ring arithmetic per block.
+// d-th. Two (four) blocks per stage halve (quarter) the waits, releases and ring arithmetic per
+// block.
 template <int KW, int SB>
 inline constexpr int kStageBytes = KW * 1152 * 4 * SB;
 
@@ -349,6 +350,7 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
   static_assert(RING >= 2 && RING <= 8 && (KW == 2 || RING <= 4),
                 "ring depth 2..8 (2..4 under the 16-warp register cap)");
   static_assert(STAGES == 0 || (STAGES >= 2 && STAGES <= 8), "0 (register ring) or 2..8 stages");
+  static_assert(STAGES < nvfp4_pipe::kUnitSlots, "more unit slots than stages (see kUnitSlots)");
   static_assert(FP8C == 0 || FP8C == 1, "fp8_combine is a flag");
   static_assert(SB == 1 || SB == 2 || SB == 4, "1, 2 or 4 blocks per consumer warp and stage");
   static_assert(STAGES == 0 || ((H / 128) % (KW * SB) == 0 && (I / 128) % (KW * SB) == 0),
@@ -548,12 +550,20 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
   auto y = [&](int row, int i) { return unit_sum<NT, KW>(red, row, i); };
   // After the epilogue: with two exchange buffers the next unit writes the other one (every
   // thread has left this epilogue before it passes the next unit's barrier, so the unit after
-  // that may overwrite this buffer); with one, a barrier keeps this epilogue's reads first.
-  auto end_unit = [&] {
+  // that may overwrite this buffer); with one, a barrier keeps this epilogue's reads first. Then
+  // on to the next unit: the producer's next (stages) or the schedule's `nx` (register ring).
+  auto end_unit = [&](const Unit& nx, const Stream& ns) {
     if constexpr (RB == 2) {
       red_buf ^= 1;
     } else {
       Sync::sync();
+    }
+    if constexpr (kStaged) {
+      cur = next_unit();
+      cs = stream_of(cur, cs);
+    } else {
+      cur = nx;
+      cs = ns;
     }
   };
 
@@ -621,14 +631,7 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
       nvfp4_moe::fc1_requantize_token<ACT>(a, s, mine, i, cur.sub * NS + i, sub_live, cur.col,
                                            pool_row0, g2, y);
     }
-    end_unit();
-    if constexpr (kStaged) {
-      cur = next_unit();
-      cs = stream_of(cur, cs);
-    } else {
-      cur = nx;
-      cs = ns;
-    }
+    end_unit(nx, ns);
   }
 
   if (kStaged && !first_tile_ready) FirstTileReady::arrive();
@@ -735,14 +738,7 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
     } else {
       fc2_store_bf16_rows<H, TMAX, NS, kWarps>(a, s, cur.sub, sub_live, cur.col, factor, y);
     }
-    end_unit();
-    if constexpr (kStaged) {
-      cur = next_unit();
-      cs = stream_of(cur, cs);
-    } else {
-      cur = nx;
-      cs = ns;
-    }
+    end_unit(nx, ns);
   }
 
   if constexpr (R == 1) {
