@@ -22,7 +22,7 @@ struct Nvfp4LaunchShape {
   int ksplit = 2;          // warps splitting K per row group (2 or 4; `simple`: 2)
   int ring = 0;            // register ring: weight blocks in flight per warp (`pipelined`)
   int stages = 0;          // shared-memory weight stages (`pipelined`; 0 = register ring)
-  int stage_blocks = 1;    // blocks of 128 k per consumer warp in one stage (1 or 2)
+  int stage_blocks = 1;    // blocks of 128 k per consumer warp in one stage (1, 2 or 4)
   int reduce_buffers = 1;  // split-K exchange buffers (`pipelined`; 2: one barrier per unit)
   int token_subtile = 16;  // tokens per shared-memory sub-tile (16, or 8 when 16 do not fit)
   std::size_t smem = 0;    // dynamic shared memory (bytes), mirroring the kernel's Smem struct
@@ -33,11 +33,12 @@ struct Nvfp4LaunchShape {
 //   MEGAMOE_NVFP4_RING=2..8    ring depth (2..4 with ksplit 4, 4..8 with ksplit 2)
 //   MEGAMOE_NVFP4_STAGES=0|2..8  shared-memory stages filled by a producer warp (0: register
 //                              ring). Default: the deepest that fits next to the token tile,
-//                              4..8 blocks per consumer warp in flight, when H / 128 and I / 128
-//                              divide by the K split, else 0.
-//   MEGAMOE_NVFP4_STAGE_BLOCKS=1|2  blocks per consumer warp in one stage. Default: 2 when
-//                              H / 128 and I / 128 divide by twice the K split, else 1 (and 1
-//                              for the register ring, which has no stages).
+//                              4..8 blocks per consumer warp in flight in at least 2 stages,
+//                              when H / 128 and I / 128 divide by the K split, else 0.
+//   MEGAMOE_NVFP4_STAGE_BLOCKS=1|2|4  blocks per consumer warp in one stage. Default: 4 when
+//                              H / 128 and I / 128 divide by four times the K split and two
+//                              such stages fit, else 2 when they divide by twice the K split,
+//                              else 1 (and 1 for the register ring, which has no stages).
 //   MEGAMOE_NVFP4_REDUCE_BUFFERS=1|2  split-K exchange buffers. Default: 2 when they fit beside
 //                              the token tile and the stages, else 1.
 // The default ring is the deepest that divides both phases' blocks per warp (no slot idles at a

@@ -21,8 +21,9 @@ constexpr Nvfp4KernelVersion kDefaultVersion = Nvfp4KernelVersion::pipelined;
 constexpr int kDefaultKsplit = 4;
 
 // Mirrors the kernels' Smem structs. `stages` < 0: `simple` (no stage ring; split-K partials of
-// the KW - 1 upper slices and a 64 x NS result tile); 0: the pipelined kernel's register ring (a
-// 32-byte placeholder); > 0: that many weight stages of `stage_blocks` blocks per consumer warp.
+// the KW - 1 upper slices and a 64 x NS result tile); 0: the pipelined kernel's register ring
+// (placeholders of the stage and unit rings); > 0: that many weight stages of `stage_blocks`
+// blocks per consumer warp.
 // The pipelined kernel keeps `reduce_buffers` buffers of every slice's partials instead.
 std::size_t smem_for(const MoEConfig& c, int block_m, int ns, int ksplit, int stages,
                      int stage_blocks = 1, int reduce_buffers = 1) {
@@ -123,9 +124,11 @@ Nvfp4LaunchShape nvfp4_launch_shape(const MoEConfig& c, int block_m, Nvfp4Kernel
       return (c.shape.hidden / 128) % step == 0 && (c.shape.intermediate / 128) % step == 0;
     };
     const bool divisible = divides(l.ksplit) && registers_fit;
-    const bool two_stages_of_four =
-        divisible && divides(4 * l.ksplit) &&
-        smem_for(c, block_m, l.token_subtile, l.ksplit, 2, 4) <= kMaxDynamicSmem;
+    const auto fits_smem = [&](int stages, int blocks, int buffers) {
+      return smem_for(c, block_m, l.token_subtile, l.ksplit, stages, blocks, buffers) <=
+             kMaxDynamicSmem;
+    };
+    const bool two_stages_of_four = divisible && divides(4 * l.ksplit) && fits_smem(2, 4, 1);
     const int preferred_blocks = two_stages_of_four ? 4 : divides(2 * l.ksplit) ? 2 : 1;
     l.stage_blocks =
         env_choice("MEGAMOE_NVFP4_STAGE_BLOCKS", {1, 2, 4}, preferred_blocks, "must be 1, 2 or 4");
@@ -135,9 +138,7 @@ Nvfp4LaunchShape nvfp4_launch_shape(const MoEConfig& c, int block_m, Nvfp4Kernel
                         " needs H / 128 and I / 128 divisible by that many times the K split",
                     std::to_string(l.stage_blocks));
     }
-    const auto fits = [&](int st) {
-      return smem_for(c, block_m, l.token_subtile, l.ksplit, st, l.stage_blocks) <= kMaxDynamicSmem;
-    };
+    const auto fits = [&](int st) { return fits_smem(st, l.stage_blocks, 1); };
     int best = 0;
     for (int blocks = 8; blocks >= 4 && best == 0 && divisible; blocks -= l.stage_blocks) {
       if (blocks / l.stage_blocks >= 2 && fits(blocks / l.stage_blocks)) {
@@ -160,9 +161,7 @@ Nvfp4LaunchShape nvfp4_launch_shape(const MoEConfig& c, int block_m, Nvfp4Kernel
     // spills with them (tests/cpu/test_nvfp4_kernel_compile.cpp).
     const bool buffers_fit_registers = !(c.fp8_combine && l.token_subtile == 16);
     const auto fits_buffers = [&](int rb) {
-      return (rb == 1 || buffers_fit_registers) &&
-             smem_for(c, block_m, l.token_subtile, l.ksplit, l.stages, l.stage_blocks, rb) <=
-                 kMaxDynamicSmem;
+      return (rb == 1 || buffers_fit_registers) && fits_smem(l.stages, l.stage_blocks, rb);
     };
     l.reduce_buffers = env_choice("MEGAMOE_NVFP4_REDUCE_BUFFERS", {1, 2}, fits_buffers(2) ? 2 : 1,
                                   "must be 1 or 2");

@@ -110,13 +110,10 @@ MEGAMOE_DEVICE void load_token_tile(u16* b, int live, RowPtr row_ptr, SfPtr sf_p
       const u8* q = row_ptr(i) + blk * 8;
       u32 lo, hi, sc;
       if constexpr (kCoherent) {
-        asm volatile("ld.global.cg.v2.u32 {%0, %1}, [%2];"
-                     : "=r"(lo), "=r"(hi)
-                     : "l"(q)
-                     : "memory");
+        ptx::load_8(q, lo, hi);
         sc = __ldcg(sf_ptr(i) + blk);
       } else {
-        asm("ld.global.nc.v2.u32 {%0, %1}, [%2];" : "=r"(lo), "=r"(hi) : "l"(q));
+        ptx::load_nc_8(q, lo, hi);
         sc = __ldg(sf_ptr(i) + blk);
       }
       nvfp4::decode_activation_block(lo, hi, sc, v);

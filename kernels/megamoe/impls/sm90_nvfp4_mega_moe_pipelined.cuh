@@ -77,13 +77,10 @@ MEGAMOE_DEVICE void load_token_tile_paired(u16* b, int live, RowPtr row_ptr, SfP
       if (u < units && i < live) {
         const u8* q = row_ptr(i) + blk * 8;
         if constexpr (kCoherent) {
-          asm volatile("ld.global.cg.v2.u32 {%0, %1}, [%2];"
-                       : "=r"(lo[m]), "=r"(hi[m])
-                       : "l"(q)
-                       : "memory");
+          ptx::load_8(q, lo[m], hi[m]);
           sc[m] = __ldcg(sf_ptr(i) + blk);
         } else {
-          asm("ld.global.nc.v2.u32 {%0, %1}, [%2];" : "=r"(lo[m]), "=r"(hi[m]) : "l"(q));
+          ptx::load_nc_8(q, lo[m], hi[m]);
           sc[m] = __ldg(sf_ptr(i) + blk);
         }
       }

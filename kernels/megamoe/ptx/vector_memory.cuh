@@ -41,6 +41,12 @@ MEGAMOE_DEVICE u32x4 load_16(const void* p) {
   return v;
 }
 
+// 8-byte read-only load (inputs no thread of this grid writes); not volatile, so the compiler may
+// batch it with its neighbours.
+MEGAMOE_DEVICE void load_nc_8(const void* p, u32& lo, u32& hi) {
+  asm("ld.global.nc.v2.u32 {%0, %1}, [%2];" : "=r"(lo), "=r"(hi) : "l"(p));
+}
+
 // 8-byte load through L2 (data written earlier in this launch by other CTAs or ranks).
 MEGAMOE_DEVICE void load_8(const void* p, u32& lo, u32& hi) {
   asm volatile("ld.global.cg.v2.u32 {%0, %1}, [%2];" : "=r"(lo), "=r"(hi) : "l"(p) : "memory");
