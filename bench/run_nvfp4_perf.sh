@@ -6,6 +6,10 @@
 #
 #   bench/run_nvfp4_perf.sh BIN OUT SECONDS STAGE...
 #   stages: test      the full GPU test with the pipelined version, each test in its own process
+#           wtest     the same with the wide version forced (cases it does not build skip)
+#           dtest     the same with the default selection (wide from BLOCK_M 16 on)
+#           wide      EP1 bench, wide version forced at every T
+#           auto      EP1 bench, default selection
 #           bench     EP1 bench, pipelined, default ring depth
 #           bench4    EP1 bench, pipelined, ring 4
 #           bench@KS/RG  EP1 bench, pipelined, K split KS and ring depth RG (e.g. bench@2/8)
@@ -16,8 +20,10 @@
 #                     commit, for a side-by-side comparison in one call; L labels a repeat)
 #           fp8       EP1 bench with FP8 combine slots (config.fp8_combine)
 #           simple    EP1 bench, simple
-#           ncu       stall reasons of one launch (dsv4-flash, uniform, T = NCU_TOKENS, default 128)
+#           ncu       stall reasons of one launch (NCU_PRESET, default dsv4-flash, uniform, T = NCU_TOKENS,
+#                     default 128, kernel NCU_KERNEL, default pipelined)
 #           san       racecheck + memcheck + synccheck on the small case (pipelined)
+#           wsan      the same with the wide version forced
 #   e.g. bench/run_nvfp4_perf.sh perfbin $OUT 135 test bench
 set -u
 bin=$1
@@ -58,12 +64,21 @@ step() {  # label, limit, command...
 benches=()
 for stage in "$@"; do
   case $stage in
-    test)
+    test | wtest | dtest)
+      kernel=pipelined
+      [ "$stage" = wtest ] && kernel=wide
+      [ "$stage" = dtest ] && kernel=
       for t in $("$bin/gpu_test_nvfp4_mega_moe" --gtest_list_tests |
         awk '/^[^ ]/{s=$1} /^  /{print s $1}'); do
-        step "test_${t#*.}" 150 "$bin/gpu_test_nvfp4_mega_moe" --gtest_filter="$t"
-        grep -E "^\[  (PASSED|FAILED)|seed [0-9]+$" "$out/test_${t#*.}.log" | tail -3 >>"$S"
+        MEGAMOE_NVFP4_KERNEL=$kernel step "${stage}_${t#*.}" 150 "$bin/gpu_test_nvfp4_mega_moe" \
+          --gtest_filter="$t"
+        grep -E "^\[  (PASSED|FAILED|SKIPPED)|seed [0-9]+$" "$out/${stage}_${t#*.}.log" |
+          tail -3 >>"$S"
       done ;;
+    wide) MEGAMOE_NVFP4_KERNEL=wide step bench_wide 60 "$bin/bench_nvfp4_mega_moe" \
+      "$out/bench_wide" && benches+=(bench_wide) ;;
+    auto) MEGAMOE_NVFP4_KERNEL= step bench_auto 60 "$bin/bench_nvfp4_mega_moe" \
+      "$out/bench_auto" && benches+=(bench_auto) ;;
     bench) step bench_default 40 "$bin/bench_nvfp4_mega_moe" "$out/bench_default" &&
       benches+=(bench_default) ;;
     bench@*/*)
@@ -95,7 +110,8 @@ for stage in "$@"; do
       "$out/bench_simple" && benches+=(bench_simple) ;;
     ncu)
       # dsv4-flash, uniform, T = NCU_TOKENS (default 128): the first eager launch.
-      MEGAMOE_BENCH_PRESETS=dsv4-flash MEGAMOE_BENCH_ROUTINGS=uniform \
+      MEGAMOE_BENCH_PRESETS=${NCU_PRESET:-dsv4-flash} MEGAMOE_BENCH_ROUTINGS=uniform \
+        MEGAMOE_NVFP4_KERNEL=${NCU_KERNEL:-pipelined} \
         MEGAMOE_BENCH_TOKENS=${NCU_TOKENS:-128} step ncu 90 ncu --clock-control none \
         --launch-count 1 --kernel-name regex:mega_moe --set full --import-source no \
         -o "$out/prof" "$bin/bench_nvfp4_mega_moe" "$out/bench_ncu"
@@ -107,11 +123,13 @@ for stage in "$@"; do
           "$out/ncu.txt" | head -20 >>"$S"
         rm -f "$out/prof.ncu-rep"
       fi ;;
-    san)
+    san | wsan)
+      kernel=pipelined
+      [ "$stage" = wsan ] && kernel=wide
       for tool in racecheck memcheck synccheck; do
-        step "san_$tool" 40 compute-sanitizer --tool $tool "$bin/gpu_test_nvfp4_mega_moe" \
-          --gtest_filter='*SanitizerSizedCase'
-        grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$out/san_$tool.log" | tail -1 >>"$S"
+        MEGAMOE_NVFP4_KERNEL=$kernel step "${stage}_$tool" 40 compute-sanitizer --tool $tool \
+          "$bin/gpu_test_nvfp4_mega_moe" --gtest_filter='*SanitizerSizedCase'
+        grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$out/${stage}_$tool.log" | tail -1 >>"$S"
       done ;;
     *) echo "unknown stage $stage" >>"$S" ;;
   esac

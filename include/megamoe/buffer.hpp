@@ -41,6 +41,9 @@ struct BufferRegion {
 //                    expert, each expert padded to BLOCK_M
 //     "fc1_pool", "fc1_pool_sf", "fc1_pool_global"  gathered FC1 inputs (same formats as "x")
 //     "fc2_pool", "fc2_pool_sf"                     the re-quantized intermediate [rows, I]
+//     "token_f16"    NVFP4 only (H, I multiples of 256, bf16 combine): the wide kernel's exactly
+//                    decoded FC1 / FC2 operand, per pool tile max(H, I) / 256 chunks of
+//                    [BLOCK_M][264] f16 (rank-local scratch)
 //   "combine"       [K, T_max, H] bf16 (or fp8 + "combine_sf" f32 [K, T_max, H/128]), written by
 //                   the expert owners
 //   "sync"          counters and flags (cross-rank barrier, grid barrier, expert counts)

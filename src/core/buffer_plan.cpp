@@ -102,6 +102,12 @@ std::vector<BufferRegion> plan_sync_fields(const MoEConfig& c, std::int64_t pool
 
 }  // namespace
 
+bool plan_has_token_f16(const MoEConfig& c) {
+  return c.weight_format == Format::nvfp4 && c.act_format == Format::nvfp4 && !c.side_lora &&
+         !c.fp8_combine && c.shape.hidden % kTokenChunkK == 0 &&
+         c.shape.intermediate % kTokenChunkK == 0;
+}
+
 // Worst-case padded pool rows for t live tokens per rank with tile bm. N = R*t*min(K, E_local)
 // routes reach the rank (top-k ids are distinct, so one token sends at most min(K, E_local)
 // routes to one rank and at most one to each expert: n_e <= R*t). An expert's first tile costs
@@ -153,6 +159,12 @@ SymmBufferPlan plan_symm_buffer(const MoEConfig& config) {
   if (nvfp4) l.rows("fc1_pool_global", rows_pool, 4);
   l.rows("fc2_pool", rows_pool, act_row_bytes(c.act_format, inter), kRowPitchAlignment);
   if (quantized) l.rows("fc2_pool_sf", rows_pool, act_sf_row_bytes(c, inter), kRowPitchAlignment);
+  // The wide NVFP4 kernel's decoded token operand: per pool tile of BLOCK_M rows, max(H, I) / 256
+  // chunks of [BLOCK_M][256 + 8] f16 (docs/nvfp4_kernel.md, "wide"); rank-local scratch.
+  if (plan_has_token_f16(c)) {
+    const std::int64_t chunks = std::max(h, inter) / kTokenChunkK;
+    l.bytes("token_f16", rows_pool * sz(chunks) * kTokenChunkRowBytes);
+  }
   // Combine slots [K, T_max, H]: one row per (k, token).
   const std::size_t combine_rows = sz(k) * rows_t;
   if (c.fp8_combine) {

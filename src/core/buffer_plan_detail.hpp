@@ -1,10 +1,21 @@
 #pragma once
 // Internals of plan_symm_buffer exposed for its tests.
+#include <cstddef>
 #include <cstdint>
 
 #include "megamoe/config.hpp"
 
 namespace megamoe {
+
+// The wide NVFP4 kernel's token chunks (region "token_f16"): k per chunk, bytes per chunk row
+// (256 f16 + a 16-byte pad). Must match kChunkK / kChunkRowBytes of
+// kernels/megamoe/impls/sm90_nvfp4_mega_moe_wide.cuh.
+inline constexpr std::int64_t kTokenChunkK = 256;
+inline constexpr std::size_t kTokenChunkRowBytes = (256 + 8) * 2;
+
+// Whether the plan has "token_f16": NVFP4 weights and activations, bf16 combine, no side-LoRA,
+// H and I multiples of 256 (the shapes the wide kernel supports).
+bool plan_has_token_f16(const MoEConfig& config);
 
 // The most padded pool rows t live tokens per rank can need with token tile bm.
 std::int64_t worst_case_pool_rows(const MoEConfig& config, std::int64_t t, int bm);

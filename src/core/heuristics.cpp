@@ -7,6 +7,7 @@
 #include <charconv>
 #include <string>
 
+#include "core/buffer_plan_detail.hpp"
 #include "core/heuristics_state.hpp"
 #include "core/validate.hpp"
 #include "megamoe/error.hpp"
@@ -30,6 +31,14 @@ std::int64_t global_routes(const MoEConfig& c, std::int64_t t) {
   return t * c.num_ranks * c.shape.top_k;
 }
 
+// The wide NVFP4 kernel (the default from BLOCK_M 16 on) streams an expert's weights once per
+// tile. Where its 32-token sub-tiles run with stages of 384 k (H and I multiples of 384: 512 k do
+// not fit beside them, 256 k stream slower), one tile of 32 covers what two of 16 did:
+// h6144-e256-k8 T = 512 at 1.86x the floor instead of 2.07x (bench/NOTES.md, "wide").
+bool wide_tiles_of_32(const MoEConfig& c) {
+  return plan_has_token_f16(c) && c.shape.hidden % 384 == 0 && c.shape.intermediate % 384 == 0;
+}
+
 }  // namespace
 
 int get_block_m_for_mega_moe(const MoEConfig& config, std::int64_t num_tokens_per_rank) {
@@ -42,7 +51,9 @@ int get_block_m_for_mega_moe(const MoEConfig& config, std::int64_t num_tokens_pe
   }
   const std::int64_t routes = global_routes(config, num_tokens_per_rank);
   for (std::size_t i = 0; i + 1 < kNumRegimes; ++i) {
-    if (routes <= kExpectedTokenLimits[i] * config.shape.num_experts) return kBlockMs[i];
+    if (routes <= kExpectedTokenLimits[i] * config.shape.num_experts) {
+      return kBlockMs[i] == 16 && wide_tiles_of_32(config) ? 32 : kBlockMs[i];
+    }
   }
   return kBlockMs[kNumRegimes - 1];
 }
@@ -58,7 +69,16 @@ std::vector<std::int64_t> block_m_regime_ends(const MoEConfig& config) {
   }
   ends.push_back(config.max_tokens_per_rank);
   ends.erase(std::unique(ends.begin(), ends.end()), ends.end());
-  return ends;
+  // Adjacent regimes of one BLOCK_M (16 taken as 32, above) are one regime.
+  std::vector<std::int64_t> merged;
+  for (std::size_t i = 0; i + 1 < ends.size(); ++i) {
+    if (get_block_m_for_mega_moe(config, ends[i]) !=
+        get_block_m_for_mega_moe(config, ends[i] + 1)) {
+      merged.push_back(ends[i]);
+    }
+  }
+  merged.push_back(ends.back());
+  return merged;
 }
 
 std::vector<int> reachable_block_ms(const MoEConfig& config) {

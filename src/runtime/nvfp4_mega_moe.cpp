@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <string>
@@ -41,6 +42,7 @@ struct KernelArgs {
   std::uint64_t off_route, off_fc2_pool, off_fc2_sf, off_combine, off_sync;
   std::uint64_t pitch_x, pitch_x_sf, pitch_fc2_pool, pitch_fc2_sf;
   std::uint64_t off_combine_sf, pitch_combine_sf;
+  std::uint64_t off_token_f16;
   std::uint64_t sync_grid, sync_rank_barrier, sync_status;
   std::uint64_t timeout_ns;
   int pool_rows;
@@ -124,6 +126,11 @@ void nvfp4_mega_moe(const SymmBuffer& buffer, std::span<const Nvfp4KernelWeights
   std::int64_t tokens = 1;
   for (const Nvfp4MoEOutputs& o : outputs) tokens = std::max(tokens, o.out.size(0));
   const int block_m = get_block_m_for_mega_moe(c, tokens);
+  if (runtime::nvfp4_kernel_version(c, block_m) == runtime::Nvfp4KernelVersion::wide &&
+      buffer.plan.pool_rows * (std::max(c.shape.hidden, c.shape.intermediate) / 16) >
+          std::numeric_limits<std::int32_t>::max()) {
+    throw Unsupported("nvfp4_mega_moe: the wide kernel indexes pool rows x 16-k blocks in i32");
+  }
   const CUfunction function = kernel_for(c, block_m);
 
   const SymmBufferPlan& plan = buffer.plan;
@@ -163,6 +170,7 @@ void nvfp4_mega_moe(const SymmBuffer& buffer, std::span<const Nvfp4KernelWeights
       plan.region("topk_idx").row_pitch != static_cast<std::size_t>(4 * c.shape.top_k)) {
     throw Unsupported("nvfp4_mega_moe: combine / topk_idx rows must be dense in the plan");
   }
+  if (plan.has("token_f16")) a.off_token_f16 = plan.region("token_f16").offset;
   if (c.fp8_combine) {
     a.off_combine_sf = plan.region("combine_sf").offset;
     a.pitch_combine_sf = plan.region("combine_sf").row_pitch;

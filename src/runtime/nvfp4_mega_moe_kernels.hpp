@@ -11,10 +11,14 @@
 namespace megamoe::runtime {
 
 // Kernel versions (docs/nvfp4_kernel.md, "Versions"): `simple` streams each work item's weights
-// on its own; `pipelined` keeps one weight stream per warp across items and phases.
-enum class Nvfp4KernelVersion { simple, pipelined };
-// MEGAMOE_NVFP4_KERNEL=simple|pipelined overrides the default; anything else is InvalidArgument.
-Nvfp4KernelVersion nvfp4_kernel_version();
+// on its own; `pipelined` keeps one weight stream per warp across items and phases; `wide`
+// streams the token operand with the weights in 256-row units (token tiles of 16+ routes).
+enum class Nvfp4KernelVersion { simple, pipelined, wide };
+// MEGAMOE_NVFP4_KERNEL=simple|pipelined|wide forces a version (anything else is
+// InvalidArgument); unset, the default for this configuration and BLOCK_M: `wide` where the
+// plan has its "token_f16" scratch and BLOCK_M >= kNvfp4WideMinBlockM, else `pipelined`.
+inline constexpr int kNvfp4WideMinBlockM = 16;
+Nvfp4KernelVersion nvfp4_kernel_version(const MoEConfig& config, int block_m);
 
 // Everything the launcher and the JIT request must agree on for one configuration and BLOCK_M.
 struct Nvfp4LaunchShape {
@@ -24,7 +28,7 @@ struct Nvfp4LaunchShape {
   int stages = 0;          // shared-memory weight stages (`pipelined`; 0 = register ring)
   int stage_blocks = 1;    // blocks of 128 k per consumer warp in one stage (1, 2 or 4)
   int reduce_buffers = 1;  // split-K exchange buffers (`pipelined`; 2: one barrier per unit)
-  int token_subtile = 16;  // tokens per shared-memory sub-tile (16, or 8 when 16 do not fit)
+  int token_subtile = 16;  // tokens per sub-tile (16, or 8 when 16 do not fit)
   std::size_t smem = 0;    // dynamic shared memory (bytes), mirroring the kernel's Smem struct
 };
 
@@ -43,11 +47,19 @@ struct Nvfp4LaunchShape {
 //                              the token tile and the stages, else 1.
 // The default ring is the deepest that divides both phases' blocks per warp (no slot idles at a
 // unit boundary). Unsupported when not even an 8-token sub-tile fits in shared memory.
+// `wide`: 16 consumer warps and a producer, sub-tiles of min(BLOCK_M, 32) tokens; stages of 4, 3
+// or 2 blocks per row group (the widest that H and I divide into and two of which fit;
+// MEGAMOE_NVFP4_STAGE_BLOCKS=2|3|4 overrides), the deepest 2..6 such stages that fit with one
+// result buffer (MEGAMOE_NVFP4_STAGES overrides), two result buffers where they fit beside them
+// (MEGAMOE_NVFP4_REDUCE_BUFFERS overrides). Unsupported without the plan's "token_f16" (FP8
+// combine, H or I not a multiple of 256).
 Nvfp4LaunchShape nvfp4_launch_shape(const MoEConfig& config, int block_m,
-                                    Nvfp4KernelVersion version = nvfp4_kernel_version());
+                                    Nvfp4KernelVersion version);
+Nvfp4LaunchShape nvfp4_launch_shape(const MoEConfig& config, int block_m);
 
 jit::KernelRequest nvfp4_mega_moe_request(const MoEConfig& config, int block_m,
-                                          Nvfp4KernelVersion version = nvfp4_kernel_version());
+                                          Nvfp4KernelVersion version);
+jit::KernelRequest nvfp4_mega_moe_request(const MoEConfig& config, int block_m);
 
 // Every request a configuration can need (one per reachable BLOCK_M); empty for other families.
 std::vector<jit::KernelRequest> nvfp4_mega_moe_kernels(const MoEConfig& config);

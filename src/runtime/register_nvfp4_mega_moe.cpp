@@ -6,6 +6,7 @@
 #include <span>
 #include <string>
 
+#include "core/buffer_plan_detail.hpp"
 #include "megamoe/error.hpp"
 #include "megamoe/heuristics.hpp"
 #include "runtime/nvfp4_mega_moe_kernels.hpp"
@@ -52,6 +53,24 @@ std::size_t smem_for(const MoEConfig& c, int block_m, int ns, int ksplit, int st
   return (bytes + 15) / 16 * 16;
 }
 
+// Mirrors nvfp4_wide::Smem (kernels/megamoe/impls/sm90_nvfp4_mega_moe_wide.cuh): `stages` stages
+// of 16 row groups x `stage_blocks` blocks (1152 B each) plus an ns-row token chunk, their full /
+// empty barriers, the 16-slot unit ring, `result_buffers` 256 x ns f32 result tiles, counts,
+// prefix, source token counts and routes.
+std::size_t smem_for_wide(const MoEConfig& c, int block_m, int ns, int stages, int result_buffers,
+                          int stage_blocks) {
+  const auto el = static_cast<std::size_t>(c.experts_per_rank());
+  const auto n = static_cast<std::size_t>(ns);
+  const auto blocks = static_cast<std::size_t>(stage_blocks);
+  const std::size_t stage_bytes = 16 * blocks * 1152 + n * (blocks * 128 + 8) * 2;
+  const std::size_t bytes = static_cast<std::size_t>(stages) * (stage_bytes + 16)     // + barriers
+                            + 16 * (8 + 16)                                           // unit ring
+                            + static_cast<std::size_t>(result_buffers) * 256 * n * 4  // results
+                            + el * 4 + (el + 1) * 4 + 8 * 4                           // counts
+                            + static_cast<std::size_t>(block_m) * 5 * 4;              // routes
+  return (bytes + 15) / 16 * 16;
+}
+
 // A small integer from environment variable `name` among `allowed`; `fallback` when unset.
 int env_choice(const char* name, std::initializer_list<int> allowed, int fallback,
                const char* rule) {
@@ -78,16 +97,88 @@ int activation_code(const ActivationSpec& a) {
 
 }  // namespace
 
-Nvfp4KernelVersion nvfp4_kernel_version() {
+Nvfp4KernelVersion nvfp4_kernel_version(const MoEConfig& c, int block_m) {
   const char* v = std::getenv("MEGAMOE_NVFP4_KERNEL");
-  if (v == nullptr || *v == '\0') return kDefaultVersion;
+  if (v == nullptr || *v == '\0') {
+    return plan_has_token_f16(c) && block_m >= kNvfp4WideMinBlockM ? Nvfp4KernelVersion::wide
+                                                                   : kDefaultVersion;
+  }
   const std::string s(v);
   if (s == "simple") return Nvfp4KernelVersion::simple;
   if (s == "pipelined") return Nvfp4KernelVersion::pipelined;
-  throw_invalid("MEGAMOE_NVFP4_KERNEL", "must be 'simple' or 'pipelined'", s);
+  if (s == "wide") return Nvfp4KernelVersion::wide;
+  throw_invalid("MEGAMOE_NVFP4_KERNEL", "must be 'simple', 'pipelined' or 'wide'", s);
 }
 
+Nvfp4LaunchShape nvfp4_launch_shape(const MoEConfig& c, int block_m) {
+  return nvfp4_launch_shape(c, block_m, nvfp4_kernel_version(c, block_m));
+}
+
+namespace {
+
+// The wide kernel's shape (see the header): no K split, no register ring.
+Nvfp4LaunchShape wide_launch_shape(const MoEConfig& c, int block_m) {
+  if (!plan_has_token_f16(c)) {
+    throw Unsupported(
+        "nvfp4_mega_moe: the wide kernel needs H and I multiples of 256 and bf16 combine (its "
+        "token chunks; MEGAMOE_NVFP4_KERNEL=wide)");
+  }
+  Nvfp4LaunchShape l;
+  l.ksplit = 1;
+  l.ring = 0;
+  l.threads = 16 * 32 + 32;
+  l.token_subtile = std::min(block_m, 32);
+  const int ns = l.token_subtile;
+  // Blocks per row group and stage (a stage covers 128 x that many k): the widest of 4, 3, 2 that
+  // both phases divide into and two stages of which fit. Runs of 4 KB per row group and copy
+  // stream at ~1.3x the rate of 2 KB runs (bench/NOTES.md, "wide").
+  const auto fits_blocks = [&](int stages, int buffers, int blocks) {
+    return smem_for_wide(c, block_m, ns, stages, buffers, blocks) <= kMaxDynamicSmem;
+  };
+  const auto usable = [&](int blocks) {
+    return c.shape.hidden % (128 * blocks) == 0 && c.shape.intermediate % (128 * blocks) == 0 &&
+           fits_blocks(2, 1, blocks);
+  };
+  const int widest = usable(4) ? 4 : usable(3) ? 3 : 2;
+  l.stage_blocks = env_choice("MEGAMOE_NVFP4_STAGE_BLOCKS", {2, 3, 4}, widest,
+                              "must be 2, 3 or 4 with the wide kernel");
+  if (c.shape.hidden % (128 * l.stage_blocks) != 0 ||
+      c.shape.intermediate % (128 * l.stage_blocks) != 0) {
+    throw_invalid("MEGAMOE_NVFP4_STAGE_BLOCKS",
+                  "H and I must be multiples of 128 x the blocks per stage (wide kernel)",
+                  std::to_string(l.stage_blocks));
+  }
+  const auto fits = [&](int stages, int buffers) {
+    return fits_blocks(stages, buffers, l.stage_blocks);
+  };
+  int best = 0;
+  for (int st = 6; st >= 2 && best == 0; --st) {
+    if (fits(st, 1)) best = st;
+  }
+  if (best == 0) {
+    throw Unsupported("nvfp4_mega_moe: not even two wide-kernel stages fit in shared memory");
+  }
+  l.stages = env_choice("MEGAMOE_NVFP4_STAGES", {2, 3, 4, 5, 6}, best,
+                        "must be 2..6 with the wide kernel");
+  if (!fits(l.stages, 1)) {
+    throw_invalid("MEGAMOE_NVFP4_STAGES", "must fit in shared memory (wide kernel)",
+                  std::to_string(l.stages));
+  }
+  l.reduce_buffers = env_choice("MEGAMOE_NVFP4_REDUCE_BUFFERS", {1, 2}, fits(l.stages, 2) ? 2 : 1,
+                                "must be 1 or 2");
+  if (!fits(l.stages, l.reduce_buffers)) {
+    throw_invalid("MEGAMOE_NVFP4_REDUCE_BUFFERS",
+                  "2 must fit in shared memory beside the stages (wide kernel)",
+                  std::to_string(l.reduce_buffers));
+  }
+  l.smem = smem_for_wide(c, block_m, ns, l.stages, l.reduce_buffers, l.stage_blocks);
+  return l;
+}
+
+}  // namespace
+
 Nvfp4LaunchShape nvfp4_launch_shape(const MoEConfig& c, int block_m, Nvfp4KernelVersion version) {
+  if (version == Nvfp4KernelVersion::wide) return wide_launch_shape(c, block_m);
   Nvfp4LaunchShape l;
   const bool pipelined = version == Nvfp4KernelVersion::pipelined;
   if (pipelined) {
@@ -200,6 +291,10 @@ Nvfp4LaunchShape nvfp4_launch_shape(const MoEConfig& c, int block_m, Nvfp4Kernel
   return l;
 }
 
+jit::KernelRequest nvfp4_mega_moe_request(const MoEConfig& c, int block_m) {
+  return nvfp4_mega_moe_request(c, block_m, nvfp4_kernel_version(c, block_m));
+}
+
 jit::KernelRequest nvfp4_mega_moe_request(const MoEConfig& c, int block_m,
                                           Nvfp4KernelVersion version) {
   const Nvfp4LaunchShape l = nvfp4_launch_shape(c, block_m, version);
@@ -210,6 +305,17 @@ jit::KernelRequest nvfp4_mega_moe_request(const MoEConfig& c, int block_m,
                      std::to_string(l.token_subtile) + ", " +
                      std::to_string(activation_code(c.activation));
   jit::KernelRequest r;
+  if (version == Nvfp4KernelVersion::wide) {
+    args += ", " + std::to_string(l.stages) + ", " + std::to_string(l.reduce_buffers) + ", " +
+            std::to_string(128 * l.stage_blocks);
+    r.name = "sm90_nvfp4_mega_moe_wide";
+    r.source = "#include \"megamoe/impls/sm90_nvfp4_mega_moe_wide.cuh\"\n";
+    r.entry = "megamoe::device::nvfp4_mega_moe_wide_kernel<" + args + ">";
+    r.arch = "sm_90a";
+    r.arguments =
+        "H, I, E_local, K, R, BLOCK_M, T_max, NS, act, stages, result_buffers, chunk_k = " + args;
+    return r;
+  }
   const bool pipelined = version == Nvfp4KernelVersion::pipelined;
   if (pipelined) {
     args += ", " + std::to_string(l.ring) + ", " + std::to_string(l.ksplit) + ", " +

@@ -61,6 +61,27 @@ TEST(Heuristics, BlockMTable) {
   }
 }
 
+// Where the wide NVFP4 kernel runs 32-token sub-tiles with 384-k stages (H and I multiples of
+// 384, bf16 combine), the 16 regime takes 32; elsewhere (FP8 combine, dsv4-flash widths) 16.
+TEST(Heuristics, BlockMWideKernelTakes32For16) {
+  MoEConfig c = config(256, 1, 8, 8192);
+  c.shape.hidden = 6144;
+  c.shape.intermediate = 3072;
+  EXPECT_EQ(get_block_m_for_mega_moe(c, 256), 8);
+  EXPECT_EQ(get_block_m_for_mega_moe(c, 257), 32);
+  EXPECT_EQ(get_block_m_for_mega_moe(c, 512), 32);
+  EXPECT_EQ(get_block_m_for_mega_moe(c, 1024), 32);
+  EXPECT_EQ(get_block_m_for_mega_moe(c, 1025), 64);
+  EXPECT_EQ(reachable_block_ms(c), (std::vector<int>{8, 32, 64, 128}));
+  EXPECT_EQ(block_m_regime_ends(c), (std::vector<std::int64_t>{256, 1024, 2048, 8192}));
+  c.fp8_combine = true;
+  EXPECT_EQ(get_block_m_for_mega_moe(c, 512), 16);
+  c.fp8_combine = false;
+  c.shape.hidden = 4096;
+  c.shape.intermediate = 2048;
+  EXPECT_EQ(get_block_m_for_mega_moe(c, 512), 16);
+}
+
 TEST(Heuristics, BlockMTokenRange) {
   const MoEConfig c = config(256, 8, 8, 128);
   EXPECT_INVALID(get_block_m_for_mega_moe(c, 0), "num_tokens_per_rank",

@@ -33,7 +33,12 @@ void compile_one(const MoEConfig& c, int block_m, runtime::Nvfp4KernelVersion ve
   test::expect_no_spills(*k);
   const runtime::Nvfp4LaunchShape l = runtime::nvfp4_launch_shape(c, block_m, version);
   EXPECT_LE(l.smem, std::size_t{227 * 1024});
-  EXPECT_EQ(l.threads, 128 * l.ksplit + (l.stages > 0 ? 32 : 0));
+  if (version == runtime::Nvfp4KernelVersion::wide) {
+    EXPECT_EQ(l.threads, 16 * 32 + 32);
+    EXPECT_EQ(l.token_subtile, std::min(block_m, 32));
+  } else {
+    EXPECT_EQ(l.threads, 128 * l.ksplit + (l.stages > 0 ? 32 : 0));
+  }
 }
 
 // `simple`, and `pipelined` with both K splits, with the default weight stages and with the
@@ -112,6 +117,57 @@ TEST(Nvfp4KernelCompile, DecodePresets) {
   }
 }
 
+// The wide kernel at the decode presets and the GPU test's small shape: every BLOCK_M (sub-tiles
+// of 8, 16 or 32 tokens), one, two and eight ranks; the default picks it from BLOCK_M 16 on, and it
+// is Unsupported where the plan has no token chunks (FP8 combine, H or I not a multiple of 256).
+TEST(Nvfp4KernelCompile, WideShapes) {
+  const auto wide = runtime::Nvfp4KernelVersion::wide;
+  for (const char* name : {"dsv4-flash", "h6144-e256-k8"}) {
+    MoEConfig c;
+    c.shape = find_preset(name).shape;
+    c.num_ranks = 1;
+    c.max_tokens_per_rank = 512;
+    for (int bm : {8, 16, 32, 64, 128}) compile_one(c, bm, wide);
+    EXPECT_EQ(runtime::nvfp4_kernel_version(c, 8), runtime::Nvfp4KernelVersion::pipelined);
+    EXPECT_EQ(runtime::nvfp4_kernel_version(c, 16), wide);
+  }
+  for (int ranks : {1, 2, 8}) {
+    const MoEConfig small = config(1024, 512, 32, 8, ranks, 512);
+    for (int bm : reachable_block_ms(small)) compile_one(small, bm, wide);
+  }
+  // The GPU test's shapes: 256-k stages forced, and H = 1536, I = 768 (384-k stages beside
+  // 32-token sub-tiles, its default).
+  {
+    test::ScopedEnv two("MEGAMOE_NVFP4_STAGE_BLOCKS", "2");
+    for (int ranks : {1, 2}) {
+      const MoEConfig small = config(1024, 512, 32, 8, ranks, 512);
+      for (int bm : reachable_block_ms(small)) compile_one(small, bm, wide);
+    }
+  }
+  const MoEConfig odd_width = config(1536, 768, 32, 8, 1, 512);
+  EXPECT_EQ(get_block_m_for_mega_moe(odd_width, 40), 32);
+  EXPECT_EQ(runtime::nvfp4_launch_shape(odd_width, 32, wide).stage_blocks, 3);
+  for (int bm : reachable_block_ms(odd_width)) compile_one(odd_width, bm, wide);
+  for (const char* name : {"dsv4-flash", "h6144-e256-k8"}) {
+    MoEConfig c;
+    c.shape = find_preset(name).shape;
+    c.num_ranks = 1;
+    c.max_tokens_per_rank = 512;
+    // 512-k stages beside 16-token sub-tiles; beside 32, 384 k where H and I allow (h6144).
+    EXPECT_EQ(runtime::nvfp4_launch_shape(c, 16, wide).stage_blocks, 4) << name;
+    EXPECT_EQ(runtime::nvfp4_launch_shape(c, 32, wide).stage_blocks,
+              std::string(name) == "dsv4-flash" ? 2 : 3)
+        << name;
+  }
+  MoEConfig fp8 = config(1024, 512, 32, 8, 2, 512);
+  fp8.fp8_combine = true;
+  EXPECT_THROW(runtime::nvfp4_launch_shape(fp8, 16, wide), Unsupported);
+  EXPECT_EQ(runtime::nvfp4_kernel_version(fp8, 16), runtime::Nvfp4KernelVersion::pipelined);
+  const MoEConfig odd = config(1152, 512, 32, 8, 1, 512);
+  EXPECT_THROW(runtime::nvfp4_launch_shape(odd, 16, wide), Unsupported);
+  EXPECT_EQ(runtime::nvfp4_kernel_version(odd, 16), runtime::Nvfp4KernelVersion::pipelined);
+}
+
 TEST(Nvfp4KernelCompile, Fp8CombineBuildsWithPipelinedOnly) {
   MoEConfig c;
   c.shape = find_preset("dsv4-flash").shape;
@@ -145,11 +201,16 @@ TEST(Nvfp4KernelCompile, Fp8CombineBuildsWithPipelinedOnly) {
 void check_smem_mirror(const MoEConfig& c, int block_m, runtime::Nvfp4KernelVersion version) {
   const runtime::Nvfp4LaunchShape l = runtime::nvfp4_launch_shape(c, block_m, version);
   const bool pipelined = version == runtime::Nvfp4KernelVersion::pipelined;
+  const bool wide = version == runtime::Nvfp4KernelVersion::wide;
   const std::string kmax = std::to_string(std::max(c.shape.hidden, c.shape.intermediate));
   const std::string common = std::to_string(c.experts_per_rank()) + ", " + std::to_string(block_m) +
                              ", " + std::to_string(l.token_subtile) + ", " + kmax;
   const std::string smem_type =
-      pipelined
+      wide ? "megamoe::device::nvfp4_wide::Smem<" + std::to_string(c.experts_per_rank()) + ", " +
+                 std::to_string(block_m) + ", " + std::to_string(l.token_subtile) + ", " +
+                 std::to_string(l.stages) + ", " + std::to_string(l.reduce_buffers) + ", " +
+                 std::to_string(128 * l.stage_blocks) + ">"
+      : pipelined
           ? "megamoe::device::nvfp4_pipe::Smem<" + common + ", " + std::to_string(l.ksplit) + ", " +
                 std::to_string(l.stages) + ", " + std::to_string(l.stage_blocks) + ", " +
                 std::to_string(l.reduce_buffers) + ", " + (c.fp8_combine ? "1" : "0") + ">"
@@ -157,7 +218,9 @@ void check_smem_mirror(const MoEConfig& c, int block_m, runtime::Nvfp4KernelVers
   jit::KernelRequest r;
   r.name = "nvfp4_smem_mirror";
   r.source = std::string("#include \"megamoe/impls/") +
-             (pipelined ? "sm90_nvfp4_mega_moe_pipelined.cuh" : "sm90_nvfp4_mega_moe.cuh") +
+             (wide        ? "sm90_nvfp4_mega_moe_wide.cuh"
+              : pipelined ? "sm90_nvfp4_mega_moe_pipelined.cuh"
+                          : "sm90_nvfp4_mega_moe.cuh") +
              "\"\nconstexpr unsigned long long kHost = " + std::to_string(l.smem) +
              "ull;\nstatic_assert(sizeof(" + smem_type +
              ") <= kHost, \"host shared-memory size below sizeof(Smem)\");\nstatic_assert(kHost - "
@@ -184,7 +247,12 @@ TEST(Nvfp4KernelCompile, HostSharedMemoryMirrorsTheKernelStructs) {
         test::ScopedEnv ring("MEGAMOE_NVFP4_STAGES", "0");
         check_smem_mirror(c, bm, runtime::Nvfp4KernelVersion::pipelined);
       }
-      if (!fp8) check_smem_mirror(c, 8, runtime::Nvfp4KernelVersion::simple);
+      if (!fp8) {
+        check_smem_mirror(c, 8, runtime::Nvfp4KernelVersion::simple);
+        for (int bm : {8, 16, 32, 128}) {
+          check_smem_mirror(c, bm, runtime::Nvfp4KernelVersion::wide);
+        }
+      }
     }
   }
   const MoEConfig small = config(1024, 512, 32, 8, 8, 512);

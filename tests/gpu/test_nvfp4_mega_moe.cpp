@@ -26,6 +26,7 @@
 
 #include "jit_test_support.hpp"
 #include "megamoe/buffer.hpp"
+#include "megamoe/error.hpp"
 #include "megamoe/formats.hpp"
 #include "megamoe/heuristics.hpp"
 #include "megamoe/nvfp4_mega_moe.hpp"
@@ -34,6 +35,7 @@
 #include "nvfp4_host_dispatch.hpp"
 #include "runtime/cuda_driver.hpp"
 #include "runtime/device_memory.hpp"
+#include "runtime/nvfp4_mega_moe_kernels.hpp"
 
 namespace megamoe {
 namespace {
@@ -366,10 +368,15 @@ bool case_selected(const Case& c) {
 
 void run_case(const Case& c, bool library_dispatch = false) {
   if (!case_selected(c)) return;
-  if (const char* v = std::getenv("MEGAMOE_NVFP4_KERNEL");
-      c.fp8_combine && v != nullptr && std::string(v) == "simple") {
-    GTEST_SKIP()
-        << "fp8_combine is built by the pipelined kernel only (MEGAMOE_NVFP4_KERNEL=simple)";
+  if (const char* v = std::getenv("MEGAMOE_NVFP4_KERNEL"); v != nullptr && *v != '\0') {
+    // A forced version builds a subset of the cases (simple: no FP8 combine; wide: bf16 combine,
+    // H and I multiples of 256); the default selection must build every case.
+    try {
+      const MoEConfig config = config_of(c);
+      runtime::nvfp4_mega_moe_request(config, get_block_m_for_mega_moe(config, c.tokens));
+    } catch (const Unsupported& e) {
+      GTEST_SKIP() << "MEGAMOE_NVFP4_KERNEL=" << v << " does not build this case: " << e.what();
+    }
   }
   const std::uint64_t seed = case_seed();
   SCOPED_TRACE(describe_case(c) + " seed " + std::to_string(seed));
@@ -481,7 +488,19 @@ TEST_F(Nvfp4MegaMoe, DsV4FlashWidths) {
 // the K split, as at I = 1024) and of one, each with two split-K exchange buffers (the default
 // where they fit) and with one: 8-token tiles over two virtual ranks, 16-token tiles at T = 512;
 // and FP8 combine slots (whose 16-token kernel always takes one buffer: two spill).
+// A test of one version's knobs runs that version whatever the default would pick, and skips when
+// MEGAMOE_NVFP4_KERNEL forces another.
+std::optional<test::ScopedEnv> use_version(const char* version) {
+  if (const char* v = std::getenv("MEGAMOE_NVFP4_KERNEL");
+      v != nullptr && *v != '\0' && std::string(v) != version) {
+    return std::nullopt;
+  }
+  return std::optional<test::ScopedEnv>(std::in_place, "MEGAMOE_NVFP4_KERNEL", version);
+}
+
 TEST_F(Nvfp4MegaMoe, StageBlocksAndExchangeBuffers) {
+  const auto pipelined = use_version("pipelined");
+  if (!pipelined) GTEST_SKIP() << "tests the pipelined kernel; MEGAMOE_NVFP4_KERNEL forces another";
   Case two_ranks;
   two_ranks.inter = 1024;
   two_ranks.ranks = 2;
@@ -512,6 +531,41 @@ TEST_F(Nvfp4MegaMoe, StageBlocksAndExchangeBuffers) {
   run_case(four);
 }
 
+// The wide kernel (the default from BLOCK_M 16 on) at every sub-tile width and stage width:
+// BLOCK_M 8 (forced), 16, 32 and 128 (sub-tiles of 8, 16, 32 and 32 tokens; skewed routing gives
+// experts several sub-tiles and short last ones), one and two ranks; the default stages (512 k
+// beside sub-tiles of up to 16 tokens, 256 k beside 32 at H = 1024, 384 k beside 32 at H = 1536,
+// I = 768, where BLOCK_M 16 is taken as 32) and forced 256-k stages; one and two result buffers.
+TEST_F(Nvfp4MegaMoe, WideKernelSubTilesAndStages) {
+  const auto wide = use_version("wide");
+  if (!wide) GTEST_SKIP() << "tests the wide kernel; MEGAMOE_NVFP4_KERNEL forces another";
+  struct Shape {
+    std::int64_t hidden, inter;
+    int ranks;
+    std::int64_t tokens;
+    Routing routing;
+  };
+  const Shape shapes[] = {
+      {1024, 512, 1, 5, Routing::masked},   {1024, 512, 1, 40, Routing::masked},
+      {1024, 512, 2, 20, Routing::uniform}, {1024, 512, 2, 40, Routing::masked},
+      {1024, 512, 1, 512, Routing::zipf},   {1536, 768, 1, 40, Routing::masked}};
+  for (const char* blocks : {"", "2"}) {
+    test::ScopedEnv stage_blocks("MEGAMOE_NVFP4_STAGE_BLOCKS", blocks);
+    for (const char* buffers : {"2", "1"}) {
+      test::ScopedEnv result_buffers("MEGAMOE_NVFP4_REDUCE_BUFFERS", buffers);
+      for (const Shape& sh : shapes) {
+        Case c;
+        c.hidden = sh.hidden;
+        c.inter = sh.inter;
+        c.ranks = sh.ranks;
+        c.tokens = sh.tokens;
+        c.routing = sh.routing;
+        run_case(c);
+      }
+    }
+  }
+}
+
 // The whole layer as users call it: mega_moe_pre_dispatch, then nvfp4_mega_moe.
 TEST_F(Nvfp4MegaMoe, EndToEndWithLibraryPreDispatch) {
   Case c;
@@ -528,6 +582,24 @@ TEST_F(Nvfp4MegaMoe, EndToEndWithLibraryPreDispatch) {
 // by the K split) stages of one block, all with the producer warp; I = 128 (one block) runs the
 // register ring. All with two split-K exchange buffers, and H = I = 512 once more with one.
 TEST_F(Nvfp4MegaMoe, SanitizerSizedCase) {
+  // The wide kernel (forced: these token counts default to the pipelined one) at H = I = 512 with
+  // stages of 512 k and of 256 k, 8-token sub-tiles.
+  for (const char* blocks : {"4", "2"}) {
+    const char* forced = std::getenv("MEGAMOE_NVFP4_KERNEL");
+    if (forced != nullptr && *forced != '\0' && std::string(forced) != "wide") break;
+    test::ScopedEnv wide("MEGAMOE_NVFP4_KERNEL", "wide");
+    test::ScopedEnv stage_blocks("MEGAMOE_NVFP4_STAGE_BLOCKS", blocks);
+    Case c;
+    c.hidden = 512;
+    c.inter = 512;
+    c.experts = 8;
+    c.ranks = 2;
+    c.top_k = 6;
+    c.tokens = 5;
+    c.t_max = 16;
+    c.routing = Routing::masked;
+    run_case(c);
+  }
   for (std::int64_t inter : {std::int64_t{2048}, std::int64_t{1024}, std::int64_t{512},
                              std::int64_t{128}, std::int64_t{-512}}) {
     std::optional<test::ScopedEnv> one_buffer;

@@ -18,7 +18,21 @@ enum BarrierPhase : u32 {
   kPhaseAfterFc2 = 2,  // cross-rank: every rank's combine slots written
   kPhaseRelease = 3,   // rank-local: release after the cross-rank wait
   kPhaseEntry = 4,     // cross-rank, ranks in separate processes: every rank's inputs published
+  kPhaseRoutes = 5,    // rank-local (wide kernel): every tile's routes in the route list
+  kPhaseTokens = 6,    // rank-local (wide kernel): a phase's token chunks decoded
 };
+
+// The rank and status pointer of a barrier's timeout report, passed as values or as callables
+// that derive them only on that cold path (a kernel at its register cap need not hold them across
+// the wait).
+template <class T>
+MEGAMOE_DEVICE auto lazy_value(const T& v) {
+  if constexpr (requires { v(); }) {
+    return v();
+  } else {
+    return v;
+  }
+}
 
 // "status" field of the sync region: {timed_out, rank, phase, spare}.
 MEGAMOE_DEVICE void report_timeout_and_trap(u32* status, int rank, u32 phase) {
@@ -45,9 +59,9 @@ MEGAMOE_DEVICE void fence_acq_rel() {
 }
 
 // Waits (one thread) until the top bit of *counter differs from that of `old`.
-template <Scope kScope = Scope::sys>
-MEGAMOE_DEVICE void spin_for_flip(const u32* counter, u32 old, u64 timeout_ns, u32* status,
-                                  int rank, u32 phase) {
+template <Scope kScope = Scope::sys, class StatusT = u32*, class RankT = int>
+MEGAMOE_DEVICE void spin_for_flip(const u32* counter, u32 old, u64 timeout_ns, StatusT status,
+                                  RankT rank, u32 phase) {
   const u64 start = ptx::globaltimer_ns();
   u32 spins = 0;
   auto load = [&] {
@@ -55,7 +69,7 @@ MEGAMOE_DEVICE void spin_for_flip(const u32* counter, u32 old, u64 timeout_ns, u
   };
   while (((load() ^ old) & 0x80000000u) == 0u) {
     if ((++spins & 1023u) == 0u && ptx::globaltimer_ns() - start > timeout_ns) {
-      report_timeout_and_trap(status, rank, phase);
+      report_timeout_and_trap(lazy_value(status), lazy_value(rank), phase);
     }
   }
 }
@@ -96,9 +110,9 @@ MEGAMOE_DEVICE u32 arrival_value(bool first, u32 participants) {
 // Barrier over the `n` CTAs of one rank. Every thread's earlier global writes (peer writes
 // included) are visible to every thread of those CTAs afterwards. Scope::gpu for a launch whose
 // one rank lives on this GPU (R = 1).
-template <class Sync = CtaSync, Scope kScope = Scope::sys>
+template <class Sync = CtaSync, Scope kScope = Scope::sys, class StatusT = u32*, class RankT = int>
 MEGAMOE_DEVICE void rank_grid_barrier(u32* counter, int cta_in_rank, int n, u64 timeout_ns,
-                                      u32* status, int rank, u32 phase) {
+                                      StatusT status, RankT rank, u32 phase) {
   // bar.sync orders the CTA's writes before thread 0's arrival, a release (cumulative).
   Sync::sync();
   if (threadIdx.x == 0) {
@@ -122,12 +136,13 @@ MEGAMOE_DEVICE void rank_grid_barrier(u32* counter, int cta_in_rank, int n, u64 
 
 // Barrier over every CTA of every rank. `counter_of(p)` is rank p's cross-rank counter (a peer
 // pointer); each rank's CTA 0 arrives on every rank's counter and waits on its own.
-template <class Sync = CtaSync, class CounterOf>
-MEGAMOE_DEVICE void cross_rank_barrier(CounterOf counter_of, int num_ranks, int rank,
+template <class Sync = CtaSync, class CounterOf, class RankT = int, class StatusT = u32*>
+MEGAMOE_DEVICE void cross_rank_barrier(CounterOf counter_of, int num_ranks, RankT rank_arg,
                                        u32* grid_counter, int cta_in_rank, int n, u64 timeout_ns,
-                                       u32* status, u32 phase = kPhaseAfterFc2) {
-  rank_grid_barrier<Sync>(grid_counter, cta_in_rank, n, timeout_ns, status, rank, phase);
+                                       StatusT status, u32 phase = kPhaseAfterFc2) {
+  rank_grid_barrier<Sync>(grid_counter, cta_in_rank, n, timeout_ns, status, rank_arg, phase);
   if (cta_in_rank == 0 && threadIdx.x == 0) {
+    const int rank = lazy_value(rank_arg);
     u32 own_old = 0;
     for (int p = 0; p < num_ranks; ++p) {
       const u32 old = ptx::atomic_add_release_sys(
@@ -137,7 +152,8 @@ MEGAMOE_DEVICE void cross_rank_barrier(CounterOf counter_of, int num_ranks, int 
     spin_for_flip(counter_of(rank), own_old, timeout_ns, status, rank, phase);
     ptx::fence_acq_rel_sys();
   }
-  rank_grid_barrier<Sync>(grid_counter, cta_in_rank, n, timeout_ns, status, rank, kPhaseRelease);
+  rank_grid_barrier<Sync>(grid_counter, cta_in_rank, n, timeout_ns, status, rank_arg,
+                          kPhaseRelease);
 }
 
 }  // namespace megamoe::device

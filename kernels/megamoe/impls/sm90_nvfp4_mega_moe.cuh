@@ -44,7 +44,8 @@ struct Nvfp4MoeArgs {
   u64 off_x, off_x_sf, off_x_global, off_topk_idx, off_topk_w, off_num_tokens;
   u64 off_route, off_fc2_pool, off_fc2_sf, off_combine, off_sync;
   u64 pitch_x, pitch_x_sf, pitch_fc2_pool, pitch_fc2_sf;
-  u64 off_combine_sf, pitch_combine_sf;           // fp8_combine: f32 scale per 128 values of a slot
+  u64 off_combine_sf, pitch_combine_sf;  // fp8_combine: f32 scale per 128 values of a slot
+  u64 off_token_f16;  // wide kernel: the decoded token chunks ("token_f16"; 0 without one)
   u64 sync_grid, sync_rank_barrier, sync_status;  // field offsets inside "sync"
   u64 timeout_ns;
   int pool_rows;
@@ -295,11 +296,12 @@ MEGAMOE_DEVICE const u8* fc1_token_sf_row(const Nvfp4MoeArgs& a, const S& s, int
   return a.base[s.route_src[r]] + a.off_x_sf + s.route_tok[r] * a.pitch_x_sf;
 }
 
-// One warp: the routes of expert `want` (global id) in (src_rank, token, k) order, keeping ranks
-// [tile * BM, tile * BM + BM) in s.route_src / route_tok / route_k. Eight independent loads per
-// lane before the first ballot: the scan is latency bound.
-template <int K, int R, int BM, class S>
-MEGAMOE_DEVICE void gather_tile_routes(const Nvfp4MoeArgs& a, S& s, int want, int tile) {
+// One warp: the routes of expert `want` (global id) in (src_rank, token, k) order; route p of
+// [tile * BM, tile * BM + BM) goes to sink(p - tile * BM, src_rank, token, k). Eight independent
+// loads per lane before the first ballot: the scan is latency bound.
+template <int K, int R, int BM, class S, class Sink>
+MEGAMOE_DEVICE void scan_tile_routes(const Nvfp4MoeArgs& a, const S& s, int want, int tile,
+                                     Sink sink) {
   const int lane = threadIdx.x & 31;
   const int r0 = tile * BM, r1 = r0 + BM;
   int pos = 0;
@@ -320,16 +322,22 @@ MEGAMOE_DEVICE void gather_tile_routes(const Nvfp4MoeArgs& a, S& s, int want, in
         const u32 bal = __ballot_sync(0xFFFFFFFFu, m);
         if (m) {
           const int p = pos + __popc(bal & ((1u << lane) - 1u));
-          if (p >= r0 && p < r1) {
-            s.route_src[p - r0] = sr;
-            s.route_tok[p - r0] = i / K;
-            s.route_k[p - r0] = i - (i / K) * K;
-          }
+          if (p >= r0 && p < r1) sink(p - r0, sr, i / K, i - (i / K) * K);
         }
         pos += __popc(bal);
       }
     }
   }
+}
+
+// One warp: the tile's routes into s.route_src / route_tok / route_k.
+template <int K, int R, int BM, class S>
+MEGAMOE_DEVICE void gather_tile_routes(const Nvfp4MoeArgs& a, S& s, int want, int tile) {
+  scan_tile_routes<K, R, BM>(a, s, want, tile, [&](int j, int sr, int tok, int k) {
+    s.route_src[j] = sr;
+    s.route_tok[j] = tok;
+    s.route_k[j] = k;
+  });
 }
 
 // FC1 epilogue of token i of the sub-tile (route r of the tile), one warp, lane = column of the

@@ -56,6 +56,20 @@ MEGAMOE_DEVICE u64 l2_evict_first_policy() {
   return policy;
 }
 
+// L2 policy of bytes that bulk copies read many times within a call (the wide kernel's f16 token
+// chunks: every 256-row unit of a tile reads them again while the weights stream past).
+MEGAMOE_DEVICE u64 l2_evict_last_policy() {
+  u64 policy;
+  asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+  return policy;
+}
+
+// Orders this thread's earlier generic-proxy global writes before later async-proxy (bulk copy)
+// reads of them: the writer side of data that another CTA's copy engine reads after a barrier.
+MEGAMOE_DEVICE void fence_proxy_async_global() {
+  asm volatile("fence.proxy.async.global;" ::: "memory");
+}
+
 // `bytes` (a multiple of 16, both addresses 16-byte aligned) from global `src` to shared `dst`,
 // L2 lines under `policy` (e.g. l2_evict_first_policy); completion counts against `bar`'s
 // expected transaction bytes.

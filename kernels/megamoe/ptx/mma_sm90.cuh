@@ -59,6 +59,13 @@ MEGAMOE_DEVICE float bf16_to_f32(u32 bits16) {
   return __uint_as_float(bits16 << 16);
 }
 
+// This CTA's x index, read anew each call (volatile: not merged with other reads).
+MEGAMOE_DEVICE int ctaid_x() {
+  int v;
+  asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(v));
+  return v;
+}
+
 MEGAMOE_DEVICE u64 globaltimer_ns() {
   u64 t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));

@@ -1,0 +1,529 @@
+#pragma once
+// Wide variant of the SM90 NVFP4 MegaMoE kernel (docs/nvfp4_kernel.md, "Versions"): the default
+// from BLOCK_M 16 on (T = 512 at the decode presets). The pipelined kernel keeps a CTA's token
+// sub-tile in shared memory as f16 over all of K, which caps it at 16 tokens (8 at H = 6144) next
+// to its stages: every further 8 or 16 routes of an expert stream and decode its weights once
+// more. Here the token operand streams with the weights instead:
+//   * before FC1 (FC2) the rank's CTAs decode every tile's token rows (FC2: the fc2_pool rows)
+//     once, exactly, into the "token_f16" scratch as chunks of CK k ([tile][chunk][BM rows]
+//     [CK + 8] f16, the pipelined kernel's paired layout), then a rank-local grid barrier;
+//   * a unit is 256 weight rows (16 row groups, one per consumer warp) over all of K, so there is
+//     no split-K exchange; each stage carries CK k of every row group's weights and the same CK k
+//     of the sub-tile's token chunk (bulk copies). Without a resident token tile, sub-tiles of
+//     up to 32 tokens run with two or more stages at any H;
+//   * the MMAs run only over the sub-tile's live 8-token groups (a warp-uniform choice per unit).
+// Numerics are the pipelined kernel's: the same exact decode of both operands, the same
+// epilogues (nvfp4_moe::fc1_requantize_token, nvfp4_pipe::fc2_store_bf16_rows).
+#include "megamoe/impls/sm90_nvfp4_mega_moe_pipelined.cuh"
+
+namespace megamoe::device {
+namespace nvfp4_wide {
+
+using nvfp4_pipe::StagePosition;
+using nvfp4_pipe::Unit;
+
+// A compile-time int as a value (selects the MMA width of a unit).
+template <int N>
+struct IntConst {
+  static constexpr int value = N;
+};
+
+inline constexpr int kRowGroups = 16;  // consumer warps = 16-row groups of a 256-row unit
+
+// Warp roles. 17 warps at one CTA per SM leave ptxas 96 registers a thread (no setmaxnreg: the
+// producer is one warp, not a warpgroup); the 32-token consume loop fits them only with nothing
+// else held across it (the kernel re-derives rank, tile facts and pointers where used).
+enum WarpRole : int {
+  kFirstConsumerWarp = 0,      // warps 0..15: row group = warp
+  kProducerWarp = kRowGroups,  // bulk copies and the unit ring
+};
+
+// One stage covers CK k (CK / 128 blocks of every row group; the kernel's stage_blocks): per row
+// group the nibbles of its blocks (CK / 128 x 1024 B), then their scales (CK / 128 x 128 B),
+// contiguous in the kernel weight layout too; then CK k of the sub-tile's token chunk. Token rows
+// of a chunk are CK + 8 f16 apart: the 16-byte pad keeps a quarter warp's B loads (rows g, g + 1)
+// in different banks, as in the pipelined kernel's token tile.
+template <int CK>
+struct Chunk {
+  static_assert(CK == 256 || CK == 384 || CK == 512, "chunks of 256, 384 or 512 k");
+  static constexpr int kBlocks = CK / 128;
+  static constexpr int kPitch = CK + 8;
+  static constexpr int kRowBytes = kPitch * 2;
+  static constexpr int kGroupBytes = kBlocks * 1152;
+  static constexpr int kWeightBytes = kRowGroups * kGroupBytes;
+  template <int NS>
+  static constexpr int kStageBytes = kWeightBytes + NS* kRowBytes;
+  // Scratch byte offset of row `row` of chunk `c` of tile `tileg` ([tile][chunk][BM rows]).
+  template <int BM>
+  MEGAMOE_DEVICE static u64 row_offset(int tileg, int nch, int c, int row) {
+    return ((static_cast<u64>(tileg) * nch + c) * BM + row) * kRowBytes;
+  }
+};
+
+// Shared memory of one CTA (dynamic; src/runtime/register_nvfp4_mega_moe.cpp mirrors its size).
+// ring / full / empty: the stages (weights, then the token chunk); unit_ready / unit_q: the units
+// the producer published; y: RB buffers of a unit's 256 x NS raw results.
+template <int EL, int BM, int NS, int STAGES, int RB, int CK>
+struct Smem {
+  u8 ring[STAGES * Chunk<CK>::template kStageBytes<NS>];
+  u64 full[STAGES], empty[STAGES];
+  u64 unit_ready[nvfp4_pipe::kUnitSlots];
+  ptx::u32x4 unit_q[nvfp4_pipe::kUnitSlots];
+  float y[RB * kRowGroups * 16 * NS];
+  int count[EL];
+  int tile_prefix[EL + 1];
+  int src_tokens[8];
+  int route_src[BM], route_tok[BM], route_k[BM];
+  float route_w[BM], route_alpha[BM];
+};
+
+// Every 16-k block of rows [0, ceil8(live)) of every tile of the rank, decoded exactly into the
+// scratch (rows past `live` as zeros: the MMAs read whole 8-token groups). Items (pool row,
+// block) are spread over all `THREADS` consumer threads of the rank's `nctas` CTAs; src(row, b,
+// lo, hi, sc) loads block b of pool row `row`. All of a thread's loads of a batch are issued
+// before its first decode.
+template <int KD, int BM, int EL, int THREADS, int CK, class S, class Src>
+MEGAMOE_DEVICE void decode_token_chunks(u8* scratch, const S& s, int total_tiles, int cta,
+                                        int nctas, Src src) {
+  constexpr int kBlocks = KD / 16;
+  constexpr int kChunks = KD / CK;
+  constexpr int kBatch = 4;
+  const int items = total_tiles * BM * kBlocks;
+  const int stride = nctas * THREADS;
+  for (int u0 = cta * THREADS + static_cast<int>(threadIdx.x); u0 < items; u0 += kBatch * stride) {
+    u32 lo[kBatch], hi[kBatch], sc[kBatch];
+    int state[kBatch];  // 0: nothing to write, 1: zeros, 2: decode
+#pragma unroll
+    for (int m = 0; m < kBatch; ++m) {
+      const int u = u0 + m * stride;
+      const int row = u / kBlocks, b = u - row * kBlocks;
+      const int tileg = row / BM, i = row - tileg * BM;
+      state[m] = 0;
+      lo[m] = hi[m] = sc[m] = 0;
+      if (u < items) {
+        const int e = nvfp4_pipe::schedule_expert_of_tile<EL>(s.tile_prefix, tileg);
+        const int live = min(BM, s.count[e] - (tileg - s.tile_prefix[e]) * BM);
+        state[m] = i < live ? 2 : i < ((live + 7) & ~7) ? 1 : 0;
+        if (state[m] == 2) src(row, b, lo[m], hi[m], sc[m]);
+      }
+    }
+#pragma unroll
+    for (int m = 0; m < kBatch; ++m) {
+      if (state[m] == 0) continue;
+      const int u = u0 + m * stride;
+      const int row = u / kBlocks, b = u - row * kBlocks;
+      const int tileg = row / BM, i = row - tileg * BM;
+      u32 v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      if (state[m] == 2) nvfp4::decode_activation_block(lo[m], hi[m], sc[m], v);
+      u32* dst = reinterpret_cast<u32*>(
+          scratch + Chunk<CK>::template row_offset<BM>(tileg, kChunks, b / (CK / 16), i));
+#pragma unroll
+      for (int p = 0; p < 8; ++p) dst[nvfp4_pipe::paired_word_index(b % (CK / 16), p)] = v[p];
+    }
+  }
+  // The producers' bulk copies (async proxy) read these words after the grid barrier.
+  ptx::fence_proxy_async_global();
+}
+
+// acc[nt] (nt < NTL) += this warp's row group x the sub-tile's first 8 NTL tokens over `nch`
+// stages. Barrier full[stage]: the producer's expect_tx arrival + the stage's bytes (weights and
+// token chunk) complete a phase; empty[stage]: every consumer thread arrives after its last read
+// of the stage (the token chunk's B loads of its last block).
+template <int NS, int NTL, int STAGES, int CK>
+MEGAMOE_DEVICE void consume_wide(const u8* ring, u64* full, u64* empty, StagePosition& pos, int nch,
+                                 float (&acc)[NTL][4]) {
+  using C = Chunk<CK>;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int q_off = warp * C::kGroupBytes + lane * 16;
+  const int s_off = warp * C::kGroupBytes + C::kBlocks * 1024 + (lane >> 2) * 16;
+  const int b_off = C::kWeightBytes / 2 + (lane >> 2) * C::kPitch +
+                    nvfp4_pipe::paired_load_index(0, 0, lane & 3);  // f16 index
+  for (int j = 0; j < nch; ++j) {
+    ptx::mbarrier_wait_parity(full + pos.stage, pos.parity);
+    const u8* st = ring + pos.stage * C::template kStageBytes<NS>;
+    const u16* bl = reinterpret_cast<const u16*>(st) + b_off;
+#pragma unroll
+    for (int d = 0; d < C::kBlocks; ++d) {
+      const ptx::u32x4 q0 = *reinterpret_cast<const ptx::u32x4*>(st + q_off + d * 1024);
+      const ptx::u32x4 q1 = *reinterpret_cast<const ptx::u32x4*>(st + q_off + d * 1024 + 512);
+      const ptx::u32x4 sc = *reinterpret_cast<const ptx::u32x4*>(st + s_off + d * 128);
+      const u32 words[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+      const u32 scw[4] = {sc.x, sc.y, sc.z, sc.w};
+      nvfp4_pipe::block_mma<CK, NTL>(words, scw, bl + d * 128, acc);
+    }
+    // Every lane releases its own reads (the arrival has release semantics): no warp sync.
+    ptx::mbarrier_arrive(empty + pos.stage);
+    if (++pos.stage == STAGES) {
+      pos.stage = 0;
+      pos.parity ^= 1u;
+    }
+  }
+}
+
+// The unit's raw results into y ([256 rows][NS tokens], tokens permuted per row by
+// partial_column as in the pipelined kernel's exchange tiles: conflict-free epilogue reads).
+template <int NS, int NT>
+MEGAMOE_DEVICE void store_unit_rows(float* y, const float (&acc)[NT][4]) {
+  const int warp = static_cast<int>(threadIdx.x) >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      // m16n8 accumulator element c: row g (+ 8 for c >= 2), token 2 t (+ 1 for odd c).
+      const int row = warp * 16 + g + (c >> 1) * 8, i = nt * 8 + 2 * t + (c & 1);
+      y[row * NS + nvfp4_pipe::partial_column<NS>(row, i)] = acc[nt][c];
+    }
+  }
+}
+
+}  // namespace nvfp4_wide
+
+// Warp roles: warps 0..15 are consumers (warp w: row group w of every 256-row unit); warp 16 is
+// the producer (lanes 0..15 copy one row group's weights each, lane 16 the token chunk, lane 0
+// publishes the units; it leaves after phase 0 and takes no part in the consumers' barriers).
+template <int H, int I, int EL, int K, int R, int BM, int TMAX, int NS, int ACT, int STAGES, int RB,
+          int CK>
+__global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
+    nvfp4_mega_moe_wide_kernel(const __grid_constant__ Nvfp4MoeArgs a) {
+  static_assert(H % 256 == 0 && I % 128 == 0,
+                "H a multiple of 256 (FC2 units, FC1 chunks), I of 128 (FC1 units)");
+  static_assert(H % CK == 0 && I % CK == 0, "whole chunks of CK k in both phases");
+  static_assert((NS == 8 || NS == 16 || NS == 32) && BM % NS == 0,
+                "sub-tiles of 8, 16 or 32 tokens dividing BM");
+  static_assert(R >= 1 && R <= kNvfp4MaxRanks, "1..8 ranks");
+  static_assert(STAGES >= 2 && STAGES < nvfp4_pipe::kUnitSlots, "2..15 stages (see kUnitSlots)");
+  static_assert(RB == 1 || RB == 2, "one or two result buffers");
+  using namespace nvfp4_wide;
+  constexpr int kWarps = kRowGroups;  // consumer warps
+  constexpr int kThreads = kWarps * 32;
+  constexpr int NT = NS / 8;
+  constexpr int CT1 = I / 128;  // FC1 units per tile: 4 column tiles of 32 gate + 32 up rows
+  constexpr int CT2 = H / 256;  // FC2 units per tile: 4 row tiles of 64
+  // The consumers' CTA barrier (named barrier 1; the producer has gone its own way).
+  using Sync = CtaBarrier<kThreads>;
+  // Named barrier 2: the consumers arrive once a phase's token chunks are complete in the
+  // scratch (after its grid barrier), the producer waits before that phase's first token copy.
+  // Exactly two instances: FC1's chunks, FC2's.
+  using TokensReady = SignalBarrier<2, kThreads + 32>;
+  using S = nvfp4_wide::Smem<EL, BM, NS, STAGES, RB, CK>;
+  using C = nvfp4_wide::Chunk<CK>;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  S& s = *reinterpret_cast<S*>(smem_raw);
+  {
+    // The host sizes the dynamic shared memory from a mirror of S: a mismatch must not corrupt.
+    u32 dyn;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
+    if (dyn < sizeof(S)) __trap();
+  }
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  // The CTA's rank and index in it, derived again wherever used (a volatile read of %ctaid.x is
+  // not merged): held in registers they outlive the units and spilled at the 96-register cap.
+  auto cta_in_rank = [&] {
+    return static_cast<int>(static_cast<u32>(ptx::ctaid_x()) % static_cast<u32>(a.ctas_per_rank));
+  };
+  auto rank_of = [&] {
+    return a.first_rank +
+           static_cast<int>(static_cast<u32>(ptx::ctaid_x()) / static_cast<u32>(a.ctas_per_rank));
+  };
+  const int nctas = a.ctas_per_rank;
+  // The rank's buffer and its sync fields, from the kernel parameters wherever used (not held in
+  // registers across the units).
+  auto mine = [&] { return a.base[rank_of()]; };
+  auto grid_counter = [&] { return reinterpret_cast<u32*>(mine() + a.off_sync + a.sync_grid); };
+  auto status = [&] { return reinterpret_cast<u32*>(mine() + a.off_sync + a.sync_status); };
+
+  if (tid == 0) {
+    // full[s]: 1 arrival (the producer's expect_tx) + the stage's bytes; empty[s]: one arrival
+    // per consumer thread. unit_ready[q]: one arrival (the producer's lane 0). Visible to the
+    // copy engine and every warp after phase 0's barriers.
+    for (int p = 0; p < STAGES; ++p) {
+      ptx::mbarrier_init(s.full + p, 1);
+      ptx::mbarrier_init(s.empty + p, kThreads);
+    }
+    for (int q = 0; q < nvfp4_pipe::kUnitSlots; ++q) ptx::mbarrier_init(s.unit_ready + q, 1);
+    ptx::fence_mbarrier_init();
+  }
+
+  // Ranks in other processes: as in the pipelined kernel, every rank's pre-dispatch of this call
+  // is complete (and every rank finished the previous call) before anything is read.
+  if (a.num_driven < R) {
+    cross_rank_barrier(
+        [&](int p) {
+          return reinterpret_cast<u32*>(a.base[p] + a.off_sync + a.sync_rank_barrier + 32);
+        },
+        R, rank_of, grid_counter(), cta_in_rank(), nctas, a.timeout_ns, status, kPhaseEntry);
+  }
+
+  // ---- phase 0: route counts and the padded pool layout (every CTA, redundantly) ----------
+  nvfp4_moe::plan_tiles<EL, K, R, BM, TMAX, kThreads, kThreads + 32>(a, s, rank_of() * EL);
+  // The rank's tile count, clamped to the pool as plan_tiles returns it (read again where used).
+  auto total_tiles = [&] { return min(s.tile_prefix[EL], a.pool_rows / BM); };
+
+  if (warp == kProducerWarp) {
+    // Producer: publishes each unit into the unit ring and fills one stage per CK k: lane r < 16
+    // copies row group r's CK / 128 blocks (nibbles, scales), lane 16 the sub-tile's token chunk
+    // (its live 8-token groups), once every consumer thread has released the stage's previous
+    // contents. Before a phase's first token copy it waits for that phase's chunks.
+    // The CTA's item ranges (only the producer walks the schedule).
+    nvfp4_pipe::Schedule<EL, BM, NS, CT1, CT2> sched;
+    sched.tile_prefix = s.tile_prefix;
+    sched.count = s.count;
+    {
+      const u64 items[2] = {static_cast<u64>(total_tiles()) * CT1,
+                            static_cast<u64>(total_tiles()) * CT2};
+      const u64 cta = static_cast<u64>(cta_in_rank()), n = static_cast<u32>(a.ctas_per_rank);
+#pragma unroll
+      for (int ph = 0; ph < 2; ++ph) {
+        sched.lo[ph] = static_cast<int>(items[ph] * cta / n);
+        sched.hi[ph] = static_cast<int>(items[ph] * (cta + 1) / n);
+      }
+    }
+    int stage = 0;
+    u32 round = 0;
+    int prev_tile = -1, e = 0, seq = 0, ready_phases = 0;
+    const u64 weight_policy = ptx::l2_evict_first_policy();
+    const u64 token_policy = ptx::l2_evict_last_policy();
+    auto tokens_ready = [&](int phase) {
+      for (; ready_phases <= phase; ++ready_phases) {
+        TokensReady::wait();
+        ptx::fence_proxy_async_global();
+      }
+    };
+    for (Unit u = sched.first(0); u.phase < 2; u = sched.next(u)) {
+      if (lane == 0) nvfp4_pipe::publish_unit(s.unit_q, s.unit_ready, seq, u);
+      ++seq;
+      if (u.tileg != prev_tile) {
+        e = nvfp4_pipe::schedule_expert_of_tile<EL>(s.tile_prefix, u.tileg);
+        prev_tile = u.tileg;
+      }
+      tokens_ready(u.phase);
+      const int live = min(BM, s.count[e] - (u.tileg - s.tile_prefix[e]) * BM);
+      const int rows = (min(NS, live - u.sub * NS) + 7) & ~7;
+      const u32 token_bytes = static_cast<u32>(rows * C::kRowBytes);
+      const int nb = u.phase == 0 ? H / 128 : I / 128;  // blocks per row group
+      const int nch = nb / C::kBlocks;
+      const u64 mat = u.phase == 0 ? static_cast<u64>(e) * (2ull * I * H / 2)
+                                   : static_cast<u64>(e) * (static_cast<u64>(H) * I / 2);
+      const u64 blk0 = (static_cast<u64>(u.col) * kRowGroups + (lane & 15)) * nb;
+      const int rank = rank_of();
+      const u8* q = (u.phase == 0 ? a.w13[rank] : a.w2[rank]) + mat + blk0 * 1024;
+      const u8* sf = (u.phase == 0 ? a.w13_sf[rank] : a.w2_sf[rank]) + mat / 8 + blk0 * 128;
+      const u8* tok =
+          mine() + a.off_token_f16 + C::template row_offset<BM>(u.tileg, nch, 0, u.sub * NS);
+      for (int j = 0; j < nch; ++j) {
+        if (round > 0) ptx::mbarrier_wait_parity(s.empty + stage, (round - 1) & 1u);
+        u8* dst = s.ring + stage * C::template kStageBytes<NS>;
+        if (lane == 0) {
+          ptx::mbarrier_arrive_expect_tx(s.full + stage, C::kWeightBytes + token_bytes);
+        }
+        __syncwarp();  // the stage's byte count is armed before any of its copies lands
+        if (lane < kRowGroups) {
+          constexpr u32 kNibbles = C::kBlocks * 1024, kScales = C::kBlocks * 128;
+          u8* g = dst + lane * C::kGroupBytes;
+          ptx::bulk_load(g, q + static_cast<u64>(j) * kNibbles, kNibbles, s.full + stage,
+                         weight_policy);
+          ptx::bulk_load(g + kNibbles, sf + static_cast<u64>(j) * kScales, kScales, s.full + stage,
+                         weight_policy);
+        } else if (lane == kRowGroups) {
+          ptx::bulk_load(dst + C::kWeightBytes, tok + static_cast<u64>(j) * BM * C::kRowBytes,
+                         token_bytes, s.full + stage, token_policy);
+        }
+        if (++stage == STAGES) {
+          stage = 0;
+          ++round;
+        }
+      }
+    }
+    if (lane == 0) nvfp4_pipe::publish_unit(s.unit_q, s.unit_ready, seq, Unit{0, 0, 0, 2});
+    tokens_ready(1);  // exactly the consumers' two arrivals
+    return;
+  }
+
+  constexpr Scope kScope = R == 1 ? Scope::gpu : Scope::sys;
+  auto grid_barrier = [&](u32 phase) {
+    rank_grid_barrier<Sync, kScope>(grid_counter(), cta_in_rank(), nctas, a.timeout_ns, status,
+                                    rank_of, phase);
+  };
+  const int gwarp = cta_in_rank() * kWarps + warp;
+
+  // ---- phase 0.5: every tile's routes into the route list (one warp per tile), then the FC1
+  // token rows into the scratch --------------------------------------------------------------
+  for (int tileg = gwarp; tileg < total_tiles(); tileg += nctas * kWarps) {
+    const int e = nvfp4_pipe::schedule_expert_of_tile<EL>(s.tile_prefix, tileg);
+    int* rl = reinterpret_cast<int*>(mine() + a.off_route) + tileg * BM * 3;
+    nvfp4_moe::scan_tile_routes<K, R, BM>(a, s, rank_of() * EL + e, tileg - s.tile_prefix[e],
+                                          [&](int j, int sr, int tok, int k) {
+                                            rl[j * 3] = sr;
+                                            rl[j * 3 + 1] = tok;
+                                            rl[j * 3 + 2] = k;
+                                          });
+  }
+  grid_barrier(kPhaseRoutes);
+  decode_token_chunks<H, BM, EL, kThreads, CK>(
+      mine() + a.off_token_f16, s, total_tiles(), cta_in_rank(), nctas,
+      [&](int row, int b, u32& lo, u32& hi, u32& sc) {
+        const volatile int* rl =
+            reinterpret_cast<const volatile int*>(mine() + a.off_route) + row * 3;
+        const int sr = rl[0], tok = rl[1];
+        const u8* base = a.base[sr];
+        ptx::load_nc_8(base + a.off_x + tok * a.pitch_x + b * 8, lo, hi);
+        sc = __ldg(base + a.off_x_sf + tok * a.pitch_x_sf + b);
+      });
+  grid_barrier(kPhaseTokens);
+  TokensReady::arrive();
+
+  // ---- phases 1 and 2: units from the producer ----------------------------------------------
+  nvfp4_pipe::UnitPosition upos{0};
+  StagePosition pos{0, 0u};
+  int y_buf = 0;
+  const float* y = s.y;
+  // One unit: MMAs over the sub-tile's live 8-token groups, raw results into a y buffer, one
+  // CTA barrier.
+  auto stream_unit = [&](int phase, int sub_live) {
+    const int nch = (phase == 0 ? H : I) / CK;
+    float* const buffer = s.y + y_buf * (kRowGroups * 16 * NS);
+    auto run = [&](auto ntl) {
+      constexpr int NTL = decltype(ntl)::value;
+      float acc[NTL][4];
+#pragma unroll
+      for (int nt = 0; nt < NTL; ++nt)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) acc[nt][c] = 0.0f;
+      consume_wide<NS, NTL, STAGES, CK>(s.ring, s.full, s.empty, pos, nch, acc);
+      store_unit_rows<NS, NTL>(buffer, acc);
+    };
+    // The live 8-token groups only (warp-uniform): an expert's last sub-tile is often short.
+    const int groups = (sub_live + 7) >> 3;
+    if (NT >= 4 && groups > 3) {
+      run(IntConst<(NT >= 4 ? 4 : 1)>{});
+    } else if (NT >= 3 && groups > 2) {
+      run(IntConst<(NT >= 3 ? 3 : 1)>{});
+    } else if (NT >= 2 && groups > 1) {
+      run(IntConst<(NT >= 2 ? 2 : 1)>{});
+    } else {
+      run(IntConst<1>{});
+    }
+    y = buffer;
+    Sync::sync();
+  };
+  // Raw result of row `row` (0..63) of the unit's column tile c, token i (after the barrier).
+  auto y_of = [&](int c) {
+    return [&y, c](int row, int i) {
+      const int r = c * 64 + row;
+      return y[r * NS + nvfp4_pipe::partial_column<NS>(r, i)];
+    };
+  };
+  // After the epilogue: with two buffers the next unit writes the other one (every thread has
+  // left this epilogue before it passes the next unit's barrier); with one, a barrier first.
+  auto end_unit = [&] {
+    if constexpr (RB == 2) {
+      y_buf ^= 1;
+    } else {
+      Sync::sync();
+    }
+  };
+
+  // The unit's expert and the live routes of its tile, looked up again where needed rather than
+  // held across the unit's stream (the loop runs at the 96-register cap).
+  auto expert_of = [&](const Unit& u) {
+    return nvfp4_pipe::schedule_expert_of_tile<EL>(s.tile_prefix, u.tileg);
+  };
+  auto live_of = [&](const Unit& u, int e) {
+    return min(BM, s.count[e] - (u.tileg - s.tile_prefix[e]) * BM);
+  };
+
+  // ---- phase 1: FC1 + activation + re-quantization ----------------------------------------
+  Unit cur = nvfp4_pipe::take_unit(s.unit_q, s.unit_ready, upos);
+  int b_tile = -1;
+  while (cur.phase == 0) {
+    if (cur.tileg != b_tile) {
+      b_tile = cur.tileg;
+      const int e = expert_of(cur);
+      Sync::sync();  // the previous tile's routes are no longer read
+      if (tid < live_of(cur, e)) {
+        const volatile int* rl = reinterpret_cast<const volatile int*>(mine() + a.off_route) +
+                                 (cur.tileg * BM + tid) * 3;
+        const int sr = rl[0], tok = rl[1], k = rl[2];
+        const u8* sb = a.base[sr];
+        s.route_w[tid] = __ldg(
+            reinterpret_cast<const float*>(sb + a.off_topk_w + tok * static_cast<u64>(K) * 4) + k);
+        s.route_alpha[tid] =
+            __fmul_rn(__ldg(reinterpret_cast<const float*>(sb + a.off_x_global) + tok),
+                      __ldg(a.alpha1[rank_of()] + e));
+      }
+      // Read by the epilogue only, after stream_unit's barrier.
+    }
+    stream_unit(0, min(NS, live_of(cur, expert_of(cur)) - cur.sub * NS));
+    const int e = expert_of(cur);
+    const int sub_live = min(NS, live_of(cur, e) - cur.sub * NS);
+    const float g2 = __ldg(a.fc2_scale[rank_of()] + e);
+    // Warp -> (token, column tile), lane -> column: 4 column tiles of 32 per unit.
+    for (int task = warp; task < 4 * sub_live; task += kWarps) {
+      const int i = task >> 2, c = task & 3;
+      nvfp4_moe::fc1_requantize_token<ACT>(a, s, mine(), i, cur.sub * NS + i, sub_live,
+                                           cur.col * 4 + c, cur.tileg * BM, g2, y_of(c));
+    }
+    end_unit();
+    cur = nvfp4_pipe::take_unit(s.unit_q, s.unit_ready, upos);
+  }
+
+  grid_barrier(kPhaseAfterFc1);
+
+  // ---- phase 1.5: the FC2 operand (fc2_pool rows, written above) into the scratch ----------
+  decode_token_chunks<I, BM, EL, kThreads, CK>(
+      mine() + a.off_token_f16, s, total_tiles(), cta_in_rank(), nctas,
+      [&](int row, int b, u32& lo, u32& hi, u32& sc) {
+        const u8* base = mine();
+        ptx::load_8(base + a.off_fc2_pool + static_cast<u64>(row) * a.pitch_fc2_pool + b * 8, lo,
+                    hi);
+        sc = __ldcg(base + a.off_fc2_sf + static_cast<u64>(row) * a.pitch_fc2_sf + b);
+      });
+  grid_barrier(kPhaseTokens);
+  TokensReady::arrive();
+
+  // ---- phase 2: FC2 into the source ranks' combine slots -----------------------------------
+  b_tile = -1;
+  while (cur.phase == 1) {
+    if (cur.tileg != b_tile) {
+      b_tile = cur.tileg;
+      Sync::sync();
+      if (tid < live_of(cur, expert_of(cur))) {
+        const volatile int* rl = reinterpret_cast<const volatile int*>(mine() + a.off_route) +
+                                 (cur.tileg * BM + tid) * 3;
+        s.route_src[tid] = rl[0];
+        s.route_tok[tid] = rl[1];
+        s.route_k[tid] = rl[2];
+      }
+    }
+    stream_unit(1, min(NS, live_of(cur, expert_of(cur)) - cur.sub * NS));
+    const int e = expert_of(cur);
+    const int sub_live = min(NS, live_of(cur, e) - cur.sub * NS);
+    const float factor =
+        __fmul_rn(__ldg(a.fc2_scale[rank_of()] + e), __ldg(a.alpha2[rank_of()] + e));
+#pragma unroll 1
+    for (int c = 0; c < 4; ++c) {
+      nvfp4_pipe::fc2_store_bf16_rows<H, TMAX, NS, kWarps>(a, s, cur.sub, sub_live, cur.col * 4 + c,
+                                                           factor, y_of(c));
+    }
+    end_unit();
+    cur = nvfp4_pipe::take_unit(s.unit_q, s.unit_ready, upos);
+  }
+
+  if constexpr (R == 1) {
+    rank_grid_barrier<Sync, Scope::gpu>(grid_counter(), cta_in_rank(), nctas, a.timeout_ns, status,
+                                        rank_of, kPhaseAfterFc2);
+  } else {
+    cross_rank_barrier<Sync>(
+        [&](int p) { return reinterpret_cast<u32*>(a.base[p] + a.off_sync + a.sync_rank_barrier); },
+        R, rank_of, grid_counter(), cta_in_rank(), nctas, a.timeout_ns, status);
+  }
+
+  // ---- phase 3: combine the rank's own tokens ----------------------------------------------
+  nvfp4_moe::combine_rank_tokens<H, K, EL, R, TMAX, kThreads, 0>(
+      a, mine(), rank_of(), min(s.src_tokens[rank_of()], a.out_rows[rank_of()]), cta_in_rank(),
+      nctas);
+}
+
+}  // namespace megamoe::device
