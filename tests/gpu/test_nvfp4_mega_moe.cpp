@@ -582,23 +582,25 @@ TEST_F(Nvfp4MegaMoe, EndToEndWithLibraryPreDispatch) {
 // by the K split) stages of one block, all with the producer warp; I = 128 (one block) runs the
 // register ring. All with two split-K exchange buffers, and H = I = 512 once more with one.
 TEST_F(Nvfp4MegaMoe, SanitizerSizedCase) {
-  // The wide kernel (forced: these token counts default to the pipelined one) at H = I = 512 with
-  // stages of 512 k and of 256 k, 8-token sub-tiles.
-  for (const char* blocks : {"4", "2"}) {
-    const char* forced = std::getenv("MEGAMOE_NVFP4_KERNEL");
-    if (forced != nullptr && *forced != '\0' && std::string(forced) != "wide") break;
-    test::ScopedEnv wide("MEGAMOE_NVFP4_KERNEL", "wide");
-    test::ScopedEnv stage_blocks("MEGAMOE_NVFP4_STAGE_BLOCKS", blocks);
+  const auto small_case = [](std::int64_t hidden, std::int64_t inter) {
     Case c;
-    c.hidden = 512;
-    c.inter = 512;
+    c.hidden = hidden;
+    c.inter = inter;
     c.experts = 8;
     c.ranks = 2;
     c.top_k = 6;
     c.tokens = 5;
     c.t_max = 16;
     c.routing = Routing::masked;
-    run_case(c);
+    return c;
+  };
+  // The wide kernel (forced: 5 tokens default to the pipelined one) at H = I = 512 with stages of
+  // 512 k and of 256 k, 8-token sub-tiles.
+  if (const auto wide = use_version("wide")) {
+    for (const char* blocks : {"4", "2"}) {
+      test::ScopedEnv stage_blocks("MEGAMOE_NVFP4_STAGE_BLOCKS", blocks);
+      run_case(small_case(512, 512));
+    }
   }
   for (std::int64_t inter : {std::int64_t{2048}, std::int64_t{1024}, std::int64_t{512},
                              std::int64_t{128}, std::int64_t{-512}}) {
@@ -607,16 +609,7 @@ TEST_F(Nvfp4MegaMoe, SanitizerSizedCase) {
       one_buffer.emplace("MEGAMOE_NVFP4_REDUCE_BUFFERS", "1");
       inter = -inter;
     }
-    Case c;
-    c.hidden = inter == 128 ? 256 : inter;
-    c.inter = inter;
-    c.experts = 8;
-    c.ranks = 2;
-    c.top_k = 6;
-    c.tokens = 5;
-    c.t_max = 16;
-    c.routing = Routing::masked;
-    run_case(c);
+    run_case(small_case(inter == 128 ? 256 : inter, inter));
   }
 }
 

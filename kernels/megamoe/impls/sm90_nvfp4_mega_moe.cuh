@@ -58,6 +58,16 @@ struct Nvfp4MoeArgs {
 
 namespace nvfp4_moe {
 
+// The kernel's dynamic shared memory as S. The host sizes it from a mirror of S
+// (src/runtime/register_nvfp4_mega_moe.cpp): a mismatch traps rather than corrupting.
+template <class S>
+MEGAMOE_DEVICE S& dynamic_smem_as(unsigned char* raw) {
+  u32 dyn;
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
+  if (dyn < sizeof(S)) __trap();
+  return *reinterpret_cast<S*>(raw);
+}
+
 template <int ACT>
 MEGAMOE_DEVICE float activate(float gate, float up, const Nvfp4MoeArgs& a) {
   if constexpr (ACT == kActSwigluOai) {

@@ -370,13 +370,7 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
   constexpr int HT = H / 64;  // FC2 row tiles
   using S = nvfp4_pipe::Smem<EL, BM, NS, KMAX, KW, STAGES, SB, RB, FP8C>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  S& s = *reinterpret_cast<S*>(smem_raw);
-  {
-    // The host sizes the dynamic shared memory from a mirror of S: a mismatch must not corrupt.
-    u32 dyn;
-    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
-    if (dyn < sizeof(S)) __trap();
-  }
+  S& s = nvfp4_moe::dynamic_smem_as<S>(smem_raw);
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int rg = warp & 3, kh = warp >> 2;

@@ -209,13 +209,7 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
   using S = nvfp4_wide::Smem<EL, BM, NS, STAGES, RB, CK>;
   using C = nvfp4_wide::Chunk<CK>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  S& s = *reinterpret_cast<S*>(smem_raw);
-  {
-    // The host sizes the dynamic shared memory from a mirror of S: a mismatch must not corrupt.
-    u32 dyn;
-    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
-    if (dyn < sizeof(S)) __trap();
-  }
+  S& s = nvfp4_moe::dynamic_smem_as<S>(smem_raw);
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   // The CTA's rank and index in it, derived again wherever used (a volatile read of %ctaid.x is
