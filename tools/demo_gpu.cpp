@@ -20,6 +20,7 @@
 #include "runtime/bandwidth_probe.hpp"
 #include "runtime/cuda_driver.hpp"
 #include "runtime/device_memory.hpp"
+#include "runtime/nvfp4_kernel_weight_storage.hpp"
 
 namespace megamoe::tool {
 namespace {
@@ -34,20 +35,9 @@ DeviceBuffer upload(const std::vector<T>& v) {
   return b;
 }
 
-TensorView blob(const DeviceBuffer& b) {
-  return TensorView::contiguous(b.as<void>(), DType::u8, {static_cast<std::int64_t>(b.size())},
-                                kGpu);
-}
-
 // The layer's weights on the device in kernel layout, made from checkpoint-layout tensors.
-struct DeviceWeights {
-  DeviceBuffer k13, k13_sf, k2, k2_sf, a1, a2, s2;
-  Nvfp4KernelWeights view;
-};
-
-std::unique_ptr<DeviceWeights> load_weights(const MoEConfig& c,
-                                            const reference::QuantizedWeights& w,
-                                            const std::vector<float>& fc2_scale) {
+std::unique_ptr<runtime::Nvfp4KernelWeightStorage> load_weights(
+    const MoEConfig& c, const reference::QuantizedWeights& w, const std::vector<float>& fc2_scale) {
   const std::int64_t e = c.experts_per_rank(), h = c.shape.hidden, i = c.shape.intermediate;
   // Checkpoint tensors live only until the transform has run.
   DeviceBuffer w13 = upload(w.w13.packed), s13 = upload(w.w13.scales),
@@ -62,26 +52,7 @@ std::unique_ptr<DeviceWeights> load_weights(const MoEConfig& c,
   in.w2_sf = TensorView::contiguous(s2.as<void>(), DType::ue4m3, {e, h, i / 16}, kGpu);
   in.w2_global = TensorView::contiguous(g2.as<void>(), DType::f32, {e}, kGpu);
   in.fc2_input_scale = TensorView::contiguous(fs.as<void>(), DType::f32, {e}, kGpu);
-
-  auto out = std::make_unique<DeviceWeights>();
-  const Nvfp4KernelWeightBytes bytes = nvfp4_kernel_weight_bytes(c);
-  out->k13 = DeviceBuffer(bytes.w13);
-  out->k13_sf = DeviceBuffer(bytes.w13_sf);
-  out->k2 = DeviceBuffer(bytes.w2);
-  out->k2_sf = DeviceBuffer(bytes.w2_sf);
-  out->a1 = DeviceBuffer(static_cast<std::size_t>(e) * 4);
-  out->a2 = DeviceBuffer(static_cast<std::size_t>(e) * 4);
-  out->s2 = DeviceBuffer(static_cast<std::size_t>(e) * 4);
-  out->view.w13 = blob(out->k13);
-  out->view.w13_sf = blob(out->k13_sf);
-  out->view.w2 = blob(out->k2);
-  out->view.w2_sf = blob(out->k2_sf);
-  out->view.fc1_alpha = TensorView::contiguous(out->a1.as<void>(), DType::f32, {e}, kGpu);
-  out->view.fc2_alpha = TensorView::contiguous(out->a2.as<void>(), DType::f32, {e}, kGpu);
-  out->view.fc2_input_scale = TensorView::contiguous(out->s2.as<void>(), DType::f32, {e}, kGpu);
-  transform_weights_for_mega_moe(c, in, out->view, nullptr);
-  MEGAMOE_CU(cuda::driver().cuCtxSynchronize());
-  return out;
+  return runtime::transform_into_storage(c, in);
 }
 
 std::vector<double> download_bf16(const DeviceBuffer& b) {
@@ -213,7 +184,7 @@ int run_gpu_demo(const MoEConfig& config, std::int64_t tokens, std::uint64_t see
                               static_cast<double>(config.experts_per_rank());
   const double bytes = expert_bytes * static_cast<double>(hit.size());
   const double bw =
-      runtime::measure_read_bandwidth_tbs(dw->k13.get(), dw->k13.size(), stream.get());
+      runtime::measure_read_bandwidth_tbs(dw->w13.get(), dw->w13.size(), stream.get());
   const double floor_us = bytes / (bw * 1e12) * 1e6;
   double base_us = 0;
   const std::string base = torch_baseline(

@@ -11,6 +11,7 @@
 #include "megamoe/error.hpp"
 #include "runtime/cuda_driver.hpp"
 #include "runtime/module.hpp"
+#include "runtime/nvfp4_kernel_weight_storage.hpp"
 
 namespace megamoe::runtime {
 namespace {
@@ -64,11 +65,6 @@ DeviceBuffer upload(std::span<const T> host) {
   return b;
 }
 
-TensorView blob(const DeviceBuffer& b) {
-  return TensorView::contiguous(b.as<void>(), DType::u8, {static_cast<std::int64_t>(b.size())},
-                                kGpu);
-}
-
 // Distinct, exactly representable per-expert global scales: (1 + j/8) / 512, j = global
 // expert id mod 5; fc2 input scale 2^-9.
 std::vector<float> global_scales(std::int64_t first_expert, std::int64_t experts) {
@@ -88,7 +84,7 @@ std::uint64_t rank_seed(std::uint64_t seed, int rank, std::uint64_t tensor) {
 
 struct EpNvfp4Ranks::Rank {
   int rank = 0;
-  DeviceBuffer k13, k13_sf, k2, k2_sf, a1, a2, ks;  // kernel layout and per-expert scales
+  std::unique_ptr<Nvfp4KernelWeightStorage> kernel;  // kernel layout and per-expert scales
   DeviceBuffer x, ids, weights, out;
 };
 
@@ -105,9 +101,7 @@ EpNvfp4Ranks::EpNvfp4Ranks(const EpNvfp4Setup& setup, const SymmBuffer& buffer)
     throw_invalid("buffer", "must be planned for setup.config", describe(buffer.plan.config));
   }
   driven_ = buffer.memory->driven_ranks();
-  const cuda::Driver& d = cuda::driver();
   const std::int64_t el = c.experts_per_rank(), h = c.shape.hidden, i = c.shape.intermediate;
-  const Nvfp4KernelWeightBytes kb = nvfp4_kernel_weight_bytes(c);
   for (const int r : driven_) {
     auto rk = std::make_unique<Rank>();
     rk->rank = r;
@@ -136,24 +130,8 @@ EpNvfp4Ranks::EpNvfp4Ranks(const EpNvfp4Setup& setup, const SymmBuffer& buffer)
     in.w2_global = TensorView::contiguous(dg2.as<void>(), DType::f32, {el}, kGpu);
     in.fc2_input_scale = TensorView::contiguous(dfc2s.as<void>(), DType::f32, {el}, kGpu);
 
-    rk->k13 = DeviceBuffer(kb.w13);
-    rk->k13_sf = DeviceBuffer(kb.w13_sf);
-    rk->k2 = DeviceBuffer(kb.w2);
-    rk->k2_sf = DeviceBuffer(kb.w2_sf);
-    rk->a1 = DeviceBuffer(static_cast<std::size_t>(el) * 4);
-    rk->a2 = DeviceBuffer(static_cast<std::size_t>(el) * 4);
-    rk->ks = DeviceBuffer(static_cast<std::size_t>(el) * 4);
-    Nvfp4KernelWeights kw;
-    kw.w13 = blob(rk->k13);
-    kw.w13_sf = blob(rk->k13_sf);
-    kw.w2 = blob(rk->k2);
-    kw.w2_sf = blob(rk->k2_sf);
-    kw.fc1_alpha = TensorView::contiguous(rk->a1.as<void>(), DType::f32, {el}, kGpu);
-    kw.fc2_alpha = TensorView::contiguous(rk->a2.as<void>(), DType::f32, {el}, kGpu);
-    kw.fc2_input_scale = TensorView::contiguous(rk->ks.as<void>(), DType::f32, {el}, kGpu);
-    transform_weights_for_mega_moe(c, in, kw, nullptr);
-    MEGAMOE_CU(d.cuCtxSynchronize());
-    weight_views_.push_back(kw);
+    rk->kernel = transform_into_storage(c, in);
+    weight_views_.push_back(rk->kernel->view);
     ranks_.push_back(std::move(rk));
   }
 }

@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <random>
 #include <string>
@@ -35,6 +36,7 @@
 #include "nvfp4_host_dispatch.hpp"
 #include "runtime/cuda_driver.hpp"
 #include "runtime/device_memory.hpp"
+#include "runtime/nvfp4_kernel_weight_storage.hpp"
 #include "runtime/nvfp4_mega_moe_kernels.hpp"
 
 namespace megamoe {
@@ -86,9 +88,8 @@ const Device kGpu{DeviceKind::cuda, 0};
 
 // Device copies of one rank's weights: the checkpoint tensors and the kernel layout.
 struct RankWeights {
-  DeviceBuffer w13, w13_sf, g13, w2, w2_sf, g2, fc2s;
-  DeviceBuffer k13, k13_sf, k2, k2_sf, a1, a2, ks;
-  Nvfp4KernelWeights view;
+  DeviceBuffer w13, w13_sf, g13, w2, w2_sf, g2, fc2s;  // checkpoint layout
+  std::unique_ptr<runtime::Nvfp4KernelWeightStorage> kernel;
 };
 
 std::vector<std::uint8_t> maybe_swizzle(const std::vector<std::uint8_t>& rm, std::int64_t experts,
@@ -144,26 +145,7 @@ void make_rank_weights(const Case& c, const MoEConfig& cfg, const reference::Qua
   in.w2_global = TensorView::contiguous(rw.g2.as<void>(), DType::f32, {el}, kGpu);
   in.fc2_input_scale = TensorView::contiguous(rw.fc2s.as<void>(), DType::f32, {el}, kGpu);
 
-  const Nvfp4KernelWeightBytes bytes = nvfp4_kernel_weight_bytes(cfg);
-  rw.k13 = DeviceBuffer(bytes.w13);
-  rw.k13_sf = DeviceBuffer(bytes.w13_sf);
-  rw.k2 = DeviceBuffer(bytes.w2);
-  rw.k2_sf = DeviceBuffer(bytes.w2_sf);
-  rw.a1 = DeviceBuffer(static_cast<std::size_t>(el) * 4);
-  rw.a2 = DeviceBuffer(static_cast<std::size_t>(el) * 4);
-  rw.ks = DeviceBuffer(static_cast<std::size_t>(el) * 4);
-  auto blob = [](const DeviceBuffer& b) {
-    return TensorView::contiguous(b.as<void>(), DType::u8, {static_cast<std::int64_t>(b.size())},
-                                  kGpu);
-  };
-  rw.view.w13 = blob(rw.k13);
-  rw.view.w13_sf = blob(rw.k13_sf);
-  rw.view.w2 = blob(rw.k2);
-  rw.view.w2_sf = blob(rw.k2_sf);
-  rw.view.fc1_alpha = TensorView::contiguous(rw.a1.as<void>(), DType::f32, {el}, kGpu);
-  rw.view.fc2_alpha = TensorView::contiguous(rw.a2.as<void>(), DType::f32, {el}, kGpu);
-  rw.view.fc2_input_scale = TensorView::contiguous(rw.ks.as<void>(), DType::f32, {el}, kGpu);
-  transform_weights_for_mega_moe(cfg, in, rw.view, nullptr);
+  rw.kernel = runtime::transform_into_storage(cfg, in);
 }
 
 void apply_routing(const Case& c, const MoEConfig& cfg, std::uint64_t seed,
@@ -224,7 +206,7 @@ struct Harness {
     const std::int64_t h = c.hidden, t = c.tokens, k = c.top_k;
     for (int r = 0; r < c.ranks; ++r) {
       make_rank_weights(c, cfg, w, fc2s, r, weights[static_cast<std::size_t>(r)]);
-      weight_views.push_back(weights[static_cast<std::size_t>(r)].view);
+      weight_views.push_back(weights[static_cast<std::size_t>(r)].kernel->view);
       const std::vector<std::uint16_t> xb = reference::to_bf16_bits(
           std::span<const float>(inputs.x.data() + r * t * h, static_cast<std::size_t>(t * h)));
       x.push_back(upload(xb.data(), xb.size()));

@@ -1,0 +1,24 @@
+#pragma once
+// One rank's NVFP4 weights in the kernel layout, in device memory the struct owns: where the demo,
+// the EP rank driver and the GPU tests put what transform_weights_for_mega_moe writes.
+#include <memory>
+
+#include "megamoe/config.hpp"
+#include "megamoe/nvfp4_mega_moe.hpp"
+#include "runtime/device_memory.hpp"
+
+namespace megamoe::runtime {
+
+struct Nvfp4KernelWeightStorage {
+  DeviceBuffer w13, w13_sf, w2, w2_sf;                 // kernel-layout blobs
+  DeviceBuffer fc1_alpha, fc2_alpha, fc2_input_scale;  // f32 per local expert
+  Nvfp4KernelWeights view;                             // views of the buffers above
+};
+
+// Allocates the storage for `config`'s local experts and transforms `checkpoint` into it on the
+// current context; returns once the transform is complete, so the checkpoint's device memory may
+// be released right after.
+std::unique_ptr<Nvfp4KernelWeightStorage> transform_into_storage(
+    const MoEConfig& config, const Nvfp4CheckpointWeights& checkpoint);
+
+}  // namespace megamoe::runtime
