@@ -7,9 +7,9 @@
 
 namespace megamoe {
 
-// The wide NVFP4 kernel's token chunks (region "token_f16"): k per chunk, bytes per chunk row
-// (256 f16 + a 16-byte pad). Must match kChunkK / kChunkRowBytes of
-// kernels/megamoe/impls/sm90_nvfp4_mega_moe_wide.cuh.
+// The wide NVFP4 kernel's token chunks (region "token_f16"), sized for its largest layout:
+// chunks of 256 k, rows of 256 f16 + a 16-byte pad (nvfp4_wide::Chunk<256> of
+// kernels/megamoe/impls/sm90_nvfp4_mega_moe_wide.cuh; chunks of 384 or 512 k take fewer bytes).
 inline constexpr std::int64_t kTokenChunkK = 256;
 inline constexpr std::size_t kTokenChunkRowBytes = (256 + 8) * 2;
 
