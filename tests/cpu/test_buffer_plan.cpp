@@ -254,6 +254,34 @@ TEST(BufferPlan, ReachableRegimesOnly) {
   EXPECT_LT(p.pool_rows, worst_case_pool_rows(c, 128, 128));
 }
 
+// "token_f16" holds the wide NVFP4 kernel's chunks in every layout it can pick (chunks of 256, 384
+// or 512 k that divide H and I: pool rows x max(H, I) / CK chunks of CK + 8 f16), exists exactly
+// where the plan says the wide kernel applies, and is absent for FP8 combine.
+TEST(BufferPlan, TokenF16HoldsEveryChunkLayout) {
+  for (const char* name : {"dsv4-flash", "h6144-e256-k8", "qwen3-235b", "dsv3"}) {
+    for (int ranks : {1, 8}) {
+      for (std::int64_t t_max : {std::int64_t{1}, std::int64_t{512}, std::int64_t{4096}}) {
+        MoEConfig c;
+        c.shape = find_preset(name).shape;
+        c.num_ranks = ranks;
+        c.max_tokens_per_rank = t_max;
+        const SymmBufferPlan p = plan_symm_buffer(c);
+        SCOPED_TRACE(describe(c));
+        ASSERT_EQ(p.has("token_f16"), plan_has_token_f16(c));
+        if (!p.has("token_f16")) continue;
+        const std::int64_t kmax = std::max(c.shape.hidden, c.shape.intermediate);
+        for (std::int64_t ck : {256, 384, 512}) {
+          if (c.shape.hidden % ck != 0 || c.shape.intermediate % ck != 0) continue;
+          const auto need = static_cast<std::size_t>(p.pool_rows * (kmax / ck) * (ck + 8) * 2);
+          EXPECT_LE(need, p.region("token_f16").bytes) << "chunks of " << ck;
+        }
+        c.fp8_combine = true;
+        EXPECT_FALSE(plan_symm_buffer(c).has("token_f16"));
+      }
+    }
+  }
+}
+
 TEST(BufferPlan, RegionLookup) {
   MoEConfig c;
   c.shape = {512, 256, 8, 2};
