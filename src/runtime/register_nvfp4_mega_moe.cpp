@@ -21,6 +21,19 @@ constexpr Nvfp4KernelVersion kDefaultVersion = Nvfp4KernelVersion::pipelined;
 // 16 warps per CTA (bench/NOTES.md, v4).
 constexpr int kDefaultKsplit = 4;
 
+// The published-unit ring of the staged kernels: 16 slots of an 8-byte mbarrier and 16 bytes.
+constexpr std::size_t kUnitRingBytes = 16 * (8 + 16);
+
+// What every kernel's Smem struct ends with, and its size rounded as sizeof rounds it: phase 0's
+// expert counts and tile prefix, the source ranks' token counts and the current tile's routes.
+std::size_t with_plan_state(std::size_t bytes, const MoEConfig& c, int block_m) {
+  const auto el = static_cast<std::size_t>(c.experts_per_rank());
+  bytes += el * 4 + (el + 1) * 4                         // counts, tile prefix
+           + 8 * 4                                       // source token counts
+           + static_cast<std::size_t>(block_m) * 5 * 4;  // routes
+  return (bytes + 15) / 16 * 16;
+}
+
 // Mirrors the kernels' Smem structs. `stages` < 0: `simple` (no stage ring; split-K partials of
 // the KW - 1 upper slices and a 64 x NS result tile); 0: the pipelined kernel's register ring
 // (placeholders of the stage and unit rings); > 0: that many weight stages of `stage_blocks`
@@ -29,46 +42,37 @@ constexpr int kDefaultKsplit = 4;
 std::size_t smem_for(const MoEConfig& c, int block_m, int ns, int ksplit, int stages,
                      int stage_blocks = 1, int reduce_buffers = 1) {
   const auto kmax = static_cast<std::size_t>(std::max(c.shape.hidden, c.shape.intermediate));
-  const auto el = static_cast<std::size_t>(c.experts_per_rank());
   const auto n = static_cast<std::size_t>(ns);
-  const auto bm = static_cast<std::size_t>(block_m);
   const auto kw = static_cast<std::size_t>(ksplit);
   const std::size_t stage_bytes = 4 * kw * static_cast<std::size_t>(stage_blocks) * 1152 + 16;
-  // Stages (or a 16-byte token and one full / empty barrier), then the published-unit ring:
-  // 16 slots of an 8-byte mbarrier and 16 bytes (one slot each without stages).
+  // Stages (or a 16-byte token and one full / empty barrier), then the published-unit ring (one
+  // slot without stages).
   const std::size_t ring = stages < 0 ? 0
                            : stages == 0
                                ? 16 + 2 * 8 + 8 + 16
-                               : static_cast<std::size_t>(stages) * stage_bytes + 16 * (8 + 16);
+                               : static_cast<std::size_t>(stages) * stage_bytes + kUnitRingBytes;
   const std::size_t ypair = stages < 0 ? 0 : (c.fp8_combine ? 128 * n * 4 : 4);
   const std::size_t slice = 4 * 32 * (n / 8) * 4 * 4;  // one K slice's partials, bytes
   const std::size_t reduce = stages < 0 ? (kw - 1) * slice + 64 * n * 4  // partials + tile
                                         : static_cast<std::size_t>(reduce_buffers) * kw * slice;
-  const std::size_t bytes = ring + ypair          // weight stages + barriers, fp8_combine's y block
-                            + n * (kmax + 8) * 2  // token tile, f16
-                            + reduce              // split-K exchange
-                            + el * 4 + (el + 1) * 4  // counts, tile prefix
-                            + 8 * 4                  // source token counts
-                            + bm * 5 * 4;            // routes
-  return (bytes + 15) / 16 * 16;
+  return with_plan_state(ring + ypair  // weight stages + barriers, fp8_combine's y block
+                             + n * (kmax + 8) * 2  // token tile, f16
+                             + reduce,             // split-K exchange
+                         c, block_m);
 }
 
 // Mirrors nvfp4_wide::Smem (kernels/megamoe/impls/sm90_nvfp4_mega_moe_wide.cuh): `stages` stages
 // of 16 row groups x `stage_blocks` blocks (1152 B each) plus an ns-row token chunk, their full /
-// empty barriers, the 16-slot unit ring, `result_buffers` 256 x ns f32 result tiles, counts,
-// prefix, source token counts and routes.
+// empty barriers, the unit ring, `result_buffers` 256 x ns f32 result tiles, then the plan state.
 std::size_t smem_for_wide(const MoEConfig& c, int block_m, int ns, int stages, int result_buffers,
                           int stage_blocks) {
-  const auto el = static_cast<std::size_t>(c.experts_per_rank());
   const auto n = static_cast<std::size_t>(ns);
   const auto blocks = static_cast<std::size_t>(stage_blocks);
   const std::size_t stage_bytes = 16 * blocks * 1152 + n * (blocks * 128 + 8) * 2;
-  const std::size_t bytes = static_cast<std::size_t>(stages) * (stage_bytes + 16)     // + barriers
-                            + 16 * (8 + 16)                                           // unit ring
-                            + static_cast<std::size_t>(result_buffers) * 256 * n * 4  // results
-                            + el * 4 + (el + 1) * 4 + 8 * 4                           // counts
-                            + static_cast<std::size_t>(block_m) * 5 * 4;              // routes
-  return (bytes + 15) / 16 * 16;
+  return with_plan_state(static_cast<std::size_t>(stages) * (stage_bytes + 16)  // + barriers
+                             + kUnitRingBytes +
+                             static_cast<std::size_t>(result_buffers) * 256 * n * 4,  // results
+                         c, block_m);
 }
 
 // A small integer from environment variable `name` among `allowed`; `fallback` when unset.
