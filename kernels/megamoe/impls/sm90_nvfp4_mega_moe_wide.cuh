@@ -33,10 +33,8 @@ inline constexpr int kRowGroups = 16;  // consumer warps = 16-row groups of a 25
 // Warp roles. 17 warps at one CTA per SM leave ptxas 96 registers a thread (no setmaxnreg: the
 // producer is one warp, not a warpgroup); the 32-token consume loop fits them only with nothing
 // else held across it (the kernel re-derives rank, tile facts and pointers where used).
-enum WarpRole : int {
-  kFirstConsumerWarp = 0,      // warps 0..15: row group = warp
-  kProducerWarp = kRowGroups,  // bulk copies and the unit ring
-};
+// Warps 0..15 consume (row group = warp); warp 16 produces (bulk copies, the unit ring).
+inline constexpr int kProducerWarp = kRowGroups;
 
 // One stage covers CK k (CK / 128 blocks of every row group; the kernel's stage_blocks): per row
 // group the nibbles of its blocks (CK / 128 x 1024 B), then their scales (CK / 128 x 128 B),
