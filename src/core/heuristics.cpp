@@ -36,7 +36,10 @@ std::int64_t global_routes(const MoEConfig& c, std::int64_t t) {
 // not fit beside them, 256 k stream slower), one tile of 32 covers what two of 16 did:
 // h6144-e256-k8 T = 512 at 1.86x the floor instead of 2.07x (bench/NOTES.md, "wide").
 bool wide_tiles_of_32(const MoEConfig& c) {
-  return plan_has_token_f16(c) && c.shape.hidden % 384 == 0 && c.shape.intermediate % 384 == 0;
+  const auto whole = [&](int k) {
+    return c.shape.hidden % k == 0 && c.shape.intermediate % k == 0;
+  };
+  return plan_has_token_f16(c) && (whole(384) || whole(512));
 }
 
 }  // namespace

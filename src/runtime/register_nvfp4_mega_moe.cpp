@@ -63,15 +63,17 @@ std::size_t smem_for(const MoEConfig& c, int block_m, int ns, int ksplit, int st
 
 // Mirrors nvfp4_wide::Smem (kernels/megamoe/impls/sm90_nvfp4_mega_moe_wide.cuh): `stages` stages
 // of 16 row groups x `stage_blocks` blocks (1152 B each) plus an ns-row token chunk, their full /
-// empty barriers, the unit ring, `result_buffers` 256 x ns f32 result tiles, then the plan state.
+// empty barriers, the unit ring, `result_buffers` 256 x ns f32 result tiles (0: the results go
+// over the unit's last stage; a one-float placeholder), then the plan state.
 std::size_t smem_for_wide(const MoEConfig& c, int block_m, int ns, int stages, int result_buffers,
                           int stage_blocks) {
   const auto n = static_cast<std::size_t>(ns);
   const auto blocks = static_cast<std::size_t>(stage_blocks);
   const std::size_t stage_bytes = 16 * blocks * 1152 + n * (blocks * 128 + 8) * 2;
+  const std::size_t results =
+      result_buffers == 0 ? 4 : static_cast<std::size_t>(result_buffers) * 256 * n * 4;
   return with_plan_state(static_cast<std::size_t>(stages) * (stage_bytes + 16)  // + barriers
-                             + kUnitRingBytes +
-                             static_cast<std::size_t>(result_buffers) * 256 * n * 4,  // results
+                             + kUnitRingBytes + results,
                          c, block_m);
 }
 
@@ -134,14 +136,15 @@ Nvfp4LaunchShape wide_launch_shape(const MoEConfig& c, int block_m) {
   l.token_subtile = std::min(block_m, 32);
   const int ns = l.token_subtile;
   // Blocks per row group and stage (a stage covers 128 x that many k): the widest of 4, 3, 2 that
-  // both phases divide into and two stages of which fit. Runs of 4 KB per row group and copy
-  // stream at ~1.3x the rate of 2 KB runs (bench/NOTES.md, "wide").
+  // both phases divide into and two stages of which fit, with the results over the last stage
+  // where no result buffer fits beside them. Runs of 4 KB per row group and copy stream at ~1.3x
+  // the rate of 2 KB runs (bench/NOTES.md, "wide").
   const auto fits_blocks = [&](int stages, int buffers, int blocks) {
     return smem_for_wide(c, block_m, ns, stages, buffers, blocks) <= kMaxDynamicSmem;
   };
   const auto usable = [&](int blocks) {
     return c.shape.hidden % (128 * blocks) == 0 && c.shape.intermediate % (128 * blocks) == 0 &&
-           fits_blocks(2, 1, blocks);
+           fits_blocks(2, 0, blocks);
   };
   const int widest = usable(4) ? 4 : usable(3) ? 3 : 2;
   l.stage_blocks = env_choice("MEGAMOE_NVFP4_STAGE_BLOCKS", {2, 3, 4}, widest,
@@ -155,24 +158,28 @@ Nvfp4LaunchShape wide_launch_shape(const MoEConfig& c, int block_m) {
   const auto fits = [&](int stages, int buffers) {
     return fits_blocks(stages, buffers, l.stage_blocks);
   };
+  // The most stages that leave room for one result buffer; where two stages leave none, two
+  // stages with the results over the last one.
   int best = 0;
   for (int st = 6; st >= 2 && best == 0; --st) {
     if (fits(st, 1)) best = st;
   }
+  if (best == 0 && fits(2, 0)) best = 2;
   if (best == 0) {
     throw Unsupported("nvfp4_mega_moe: not even two wide-kernel stages fit in shared memory");
   }
   l.stages = env_choice("MEGAMOE_NVFP4_STAGES", {2, 3, 4, 5, 6}, best,
                         "must be 2..6 with the wide kernel");
-  if (!fits(l.stages, 1)) {
+  if (!fits(l.stages, 0)) {
     throw_invalid("MEGAMOE_NVFP4_STAGES", "must fit in shared memory (wide kernel)",
                   std::to_string(l.stages));
   }
-  l.reduce_buffers = env_choice("MEGAMOE_NVFP4_REDUCE_BUFFERS", {1, 2}, fits(l.stages, 2) ? 2 : 1,
-                                "must be 1 or 2");
+  const int buffers = fits(l.stages, 2) ? 2 : fits(l.stages, 1) ? 1 : 0;
+  l.reduce_buffers =
+      env_choice("MEGAMOE_NVFP4_REDUCE_BUFFERS", {0, 1, 2}, buffers, "must be 0, 1 or 2");
   if (!fits(l.stages, l.reduce_buffers)) {
     throw_invalid("MEGAMOE_NVFP4_REDUCE_BUFFERS",
-                  "2 must fit in shared memory beside the stages (wide kernel)",
+                  "must fit in shared memory beside the stages (wide kernel)",
                   std::to_string(l.reduce_buffers));
   }
   l.smem = smem_for_wide(c, block_m, ns, l.stages, l.reduce_buffers, l.stage_blocks);

@@ -13,7 +13,9 @@ namespace {
 
 MoEConfig config(std::int64_t e, int r, int k, std::int64_t t_max) {
   MoEConfig c;
-  c.shape = {4096, 2048, e, k};
+  // H and I multiples of 256 but not of 384 or 512: the plain regime table (no 32-token tiles in
+  // place of 16, see BlockMWideKernelTakes32For16).
+  c.shape = {1280, 768, e, k};
   c.num_ranks = r;
   c.max_tokens_per_rank = t_max;
   return c;
@@ -61,8 +63,9 @@ TEST(Heuristics, BlockMTable) {
   }
 }
 
-// Where the wide NVFP4 kernel runs 32-token sub-tiles with 384-k stages (H and I multiples of
-// 384, bf16 combine), the 16 regime takes 32; elsewhere (FP8 combine, dsv4-flash widths) 16.
+// Where the wide NVFP4 kernel runs 32-token sub-tiles with 384-k or 512-k stages (H and I
+// multiples of 384 or of 512, bf16 combine), the 16 regime takes 32; elsewhere (FP8 combine,
+// 256-k stages only) 16.
 TEST(Heuristics, BlockMWideKernelTakes32For16) {
   MoEConfig c = config(256, 1, 8, 8192);
   c.shape.hidden = 6144;
@@ -79,7 +82,12 @@ TEST(Heuristics, BlockMWideKernelTakes32For16) {
   c.fp8_combine = false;
   c.shape.hidden = 4096;
   c.shape.intermediate = 2048;
+  EXPECT_EQ(get_block_m_for_mega_moe(c, 512), 32);
+  c.shape.hidden = 1280;
+  c.shape.intermediate = 768;
   EXPECT_EQ(get_block_m_for_mega_moe(c, 512), 16);
+  c.shape.hidden = 1536;
+  EXPECT_EQ(get_block_m_for_mega_moe(c, 512), 32);
 }
 
 TEST(Heuristics, BlockMTokenRange) {

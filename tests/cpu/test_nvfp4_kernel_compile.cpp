@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <set>
 #include <string>
 
 #include "jit/compiler.hpp"
@@ -135,14 +136,40 @@ TEST(Nvfp4KernelCompile, WideShapes) {
     const MoEConfig small = config(1024, 512, 32, 8, ranks, 512);
     for (int bm : reachable_block_ms(small)) compile_one(small, bm, wide);
   }
-  // The GPU test's shapes: 256-k stages forced, and H = 1536, I = 768 (384-k stages beside
-  // 32-token sub-tiles, its default).
+  // The GPU test WideKernelSubTilesAndStages: its shapes and token counts with the default and
+  // 256-k stages and 2, 1 or 0 result buffers where they fit (each kernel once).
   {
-    test::ScopedEnv two("MEGAMOE_NVFP4_STAGE_BLOCKS", "2");
-    for (int ranks : {1, 2}) {
-      const MoEConfig small = config(1024, 512, 32, 8, ranks, 512);
-      for (int bm : reachable_block_ms(small)) compile_one(small, bm, wide);
+    struct GpuCase {
+      std::int64_t h, inter;
+      int ranks;
+      std::int64_t tokens;
+    };
+    const GpuCase cases[] = {{1024, 512, 1, 5},  {1024, 512, 1, 40},  {1024, 512, 2, 20},
+                             {1024, 512, 2, 40}, {1024, 512, 1, 512}, {1536, 768, 1, 40},
+                             {1280, 768, 1, 40}};
+    std::set<std::string> built;
+    int fitting[3] = {0, 0, 0};
+    for (const char* blocks : {"", "2"}) {
+      test::ScopedEnv stage_blocks("MEGAMOE_NVFP4_STAGE_BLOCKS", blocks);
+      for (int buffers : {2, 1, 0}) {
+        test::ScopedEnv result_buffers("MEGAMOE_NVFP4_REDUCE_BUFFERS", std::to_string(buffers));
+        for (const GpuCase& g : cases) {
+          const MoEConfig c = config(g.h, g.inter, 32, 8, g.ranks, 512);
+          const int bm = get_block_m_for_mega_moe(c, g.tokens);
+          try {
+            runtime::nvfp4_launch_shape(c, bm, wide);
+          } catch (const InvalidArgument&) {
+            continue;
+          }
+          ++fitting[buffers];
+          if (built.insert(runtime::nvfp4_mega_moe_request(c, bm, wide).entry).second) {
+            compile_one(c, bm, wide);
+          }
+        }
+      }
     }
+    // The GPU test expects at least 8 cases per result-buffer count.
+    for (int b = 0; b < 3; ++b) EXPECT_GE(fitting[b], 8) << b << " result buffers";
   }
   const MoEConfig odd_width = config(1536, 768, 32, 8, 1, 512);
   EXPECT_EQ(get_block_m_for_mega_moe(odd_width, 40), 32);
@@ -161,12 +188,38 @@ TEST(Nvfp4KernelCompile, WideShapes) {
     c.shape = find_preset(name).shape;
     c.num_ranks = 1;
     c.max_tokens_per_rank = 512;
-    // 512-k stages beside 16-token sub-tiles; beside 32, 384 k where H and I allow (h6144).
-    EXPECT_EQ(runtime::nvfp4_launch_shape(c, 16, wide).stage_blocks, 4) << name;
-    EXPECT_EQ(runtime::nvfp4_launch_shape(c, 32, wide).stage_blocks,
-              std::string(name) == "dsv4-flash" ? 2 : 3)
-        << name;
+    // 512-k stages: two beside 16-token sub-tiles with two result buffers, two beside 32 with
+    // the results over the last stage.
+    const runtime::Nvfp4LaunchShape sixteen = runtime::nvfp4_launch_shape(c, 16, wide);
+    EXPECT_EQ(sixteen.stage_blocks, 4) << name;
+    EXPECT_EQ(sixteen.stages, 2) << name;
+    EXPECT_EQ(sixteen.reduce_buffers, 2) << name;
+    const runtime::Nvfp4LaunchShape thirty_two = runtime::nvfp4_launch_shape(c, 32, wide);
+    EXPECT_EQ(thirty_two.stage_blocks, 4) << name;
+    EXPECT_EQ(thirty_two.stages, 2) << name;
+    EXPECT_EQ(thirty_two.reduce_buffers, 0) << name;
+    {
+      test::ScopedEnv one("MEGAMOE_NVFP4_REDUCE_BUFFERS", "1");
+      EXPECT_THROW(runtime::nvfp4_launch_shape(c, 32, wide), InvalidArgument) << name;
+    }
+    {
+      // 384-k stages: one result buffer beside two.
+      test::ScopedEnv three("MEGAMOE_NVFP4_STAGE_BLOCKS", "3");
+      if (std::string(name) == "h6144-e256-k8") {
+        const runtime::Nvfp4LaunchShape l = runtime::nvfp4_launch_shape(c, 32, wide);
+        EXPECT_EQ(l.stages, 2);
+        EXPECT_GE(l.reduce_buffers, 1);
+        compile_one(c, 32, wide);
+      } else {
+        EXPECT_THROW(runtime::nvfp4_launch_shape(c, 32, wide), InvalidArgument) << name;
+      }
+    }
   }
+  // H = 1280, I = 768: 256-k stages only.
+  const MoEConfig narrow = config(1280, 768, 32, 8, 1, 512);
+  EXPECT_EQ(get_block_m_for_mega_moe(narrow, 40), 16);
+  EXPECT_EQ(runtime::nvfp4_launch_shape(narrow, 16, wide).stage_blocks, 2);
+  for (int bm : reachable_block_ms(narrow)) compile_one(narrow, bm, wide);
   MoEConfig fp8 = config(1024, 512, 32, 8, 2, 512);
   fp8.fp8_combine = true;
   EXPECT_THROW(runtime::nvfp4_launch_shape(fp8, 16, wide), Unsupported);
@@ -260,6 +313,8 @@ TEST(Nvfp4KernelCompile, HostSharedMemoryMirrorsTheKernelStructs) {
         for (int bm : {8, 16, 32, 128}) {
           check_smem_mirror(c, bm, runtime::Nvfp4KernelVersion::wide);
         }
+        test::ScopedEnv none("MEGAMOE_NVFP4_REDUCE_BUFFERS", "0");
+        check_smem_mirror(c, 16, runtime::Nvfp4KernelVersion::wide);
       }
     }
   }

@@ -516,8 +516,9 @@ TEST_F(Nvfp4MegaMoe, StageBlocksAndExchangeBuffers) {
 // The wide kernel (the default from BLOCK_M 16 on) at every sub-tile width and stage width:
 // BLOCK_M 8 (forced), 16, 32 and 128 (sub-tiles of 8, 16, 32 and 32 tokens; skewed routing gives
 // experts several sub-tiles and short last ones), one and two ranks; the default stages (512 k
-// beside sub-tiles of up to 16 tokens, 256 k beside 32 at H = 1024, 384 k beside 32 at H = 1536,
-// I = 768, where BLOCK_M 16 is taken as 32) and forced 256-k stages; one and two result buffers.
+// beside 32-token sub-tiles at H = 1024, I = 512, where BLOCK_M 16 is taken as 32; 384 k at
+// H = 1536, I = 768; 256 k at H = 1280, I = 768, which keeps BLOCK_M 16) and forced 256-k stages;
+// results over the last stage and in one or two buffers, where they fit beside the stages.
 TEST_F(Nvfp4MegaMoe, WideKernelSubTilesAndStages) {
   const auto wide = use_version("wide");
   if (!wide) GTEST_SKIP() << "tests the wide kernel; MEGAMOE_NVFP4_KERNEL forces another";
@@ -527,14 +528,15 @@ TEST_F(Nvfp4MegaMoe, WideKernelSubTilesAndStages) {
     std::int64_t tokens;
     Routing routing;
   };
-  const Shape shapes[] = {
-      {1024, 512, 1, 5, Routing::masked},   {1024, 512, 1, 40, Routing::masked},
-      {1024, 512, 2, 20, Routing::uniform}, {1024, 512, 2, 40, Routing::masked},
-      {1024, 512, 1, 512, Routing::zipf},   {1536, 768, 1, 40, Routing::masked}};
+  const Shape shapes[] = {{1024, 512, 1, 5, Routing::masked},   {1024, 512, 1, 40, Routing::masked},
+                          {1024, 512, 2, 20, Routing::uniform}, {1024, 512, 2, 40, Routing::masked},
+                          {1024, 512, 1, 512, Routing::zipf},   {1536, 768, 1, 40, Routing::masked},
+                          {1280, 768, 1, 40, Routing::masked}};
+  int ran[3] = {0, 0, 0};  // cases per result-buffer count
   for (const char* blocks : {"", "2"}) {
     test::ScopedEnv stage_blocks("MEGAMOE_NVFP4_STAGE_BLOCKS", blocks);
-    for (const char* buffers : {"2", "1"}) {
-      test::ScopedEnv result_buffers("MEGAMOE_NVFP4_REDUCE_BUFFERS", buffers);
+    for (int buffers : {2, 1, 0}) {
+      test::ScopedEnv result_buffers("MEGAMOE_NVFP4_REDUCE_BUFFERS", std::to_string(buffers));
       for (const Shape& sh : shapes) {
         Case c;
         c.hidden = sh.hidden;
@@ -542,10 +544,18 @@ TEST_F(Nvfp4MegaMoe, WideKernelSubTilesAndStages) {
         c.ranks = sh.ranks;
         c.tokens = sh.tokens;
         c.routing = sh.routing;
+        const MoEConfig config = config_of(c);
+        try {
+          runtime::nvfp4_launch_shape(config, get_block_m_for_mega_moe(config, c.tokens));
+        } catch (const InvalidArgument&) {
+          continue;  // that many result buffers do not fit beside these stages
+        }
         run_case(c);
+        ++ran[buffers];
       }
     }
   }
+  for (int b = 0; b < 3; ++b) EXPECT_GE(ran[b], 8) << b << " result buffers ran too few cases";
 }
 
 // The whole layer as users call it: mega_moe_pre_dispatch, then nvfp4_mega_moe.

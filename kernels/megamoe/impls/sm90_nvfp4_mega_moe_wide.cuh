@@ -60,14 +60,16 @@ struct Chunk {
 
 // Shared memory of one CTA (dynamic; src/runtime/register_nvfp4_mega_moe.cpp mirrors its size).
 // ring / full / empty: the stages (weights, then the token chunk); unit_ready / unit_q: the units
-// the producer published; y: RB buffers of a unit's 256 x NS raw results.
+// the producer published; y: RB buffers of a unit's 256 x NS raw results (RB = 0: none, the unit
+// writes its results over its last stage, which it releases after the epilogue; a one-float
+// placeholder keeps the array legal).
 template <int EL, int BM, int NS, int STAGES, int RB, int CK>
 struct Smem {
   u8 ring[STAGES * Chunk<CK>::template kStageBytes<NS>];
   u64 full[STAGES], empty[STAGES];
   u64 unit_ready[nvfp4_pipe::kUnitSlots];
   ptx::u32x4 unit_q[nvfp4_pipe::kUnitSlots];
-  float y[RB * kRowGroups * 16 * NS];
+  float y[RB == 0 ? 1 : RB * kRowGroups * 16 * NS];
   int count[EL];
   int tile_prefix[EL + 1];
   int src_tokens[8];
@@ -126,8 +128,9 @@ MEGAMOE_DEVICE void decode_token_chunks(u8* scratch, const S& s, int total_tiles
 // acc[nt] (nt < NTL) += this warp's row group x the sub-tile's first 8 NTL tokens over `nch`
 // stages. Barrier full[stage]: the producer's expect_tx arrival + the stage's bytes (weights and
 // token chunk) complete a phase; empty[stage]: every consumer thread arrives after its last read
-// of the stage (the token chunk's B loads of its last block).
-template <int NS, int NTL, int STAGES, int CK>
+// of the stage (the token chunk's B loads of its last block) -- with kHoldLast, not for the
+// unit's last stage: the caller releases that one after the epilogue (release_held_stage).
+template <int NS, int NTL, int STAGES, int CK, bool kHoldLast>
 MEGAMOE_DEVICE void consume_wide(const u8* ring, u64* full, u64* empty, StagePosition& pos, int nch,
                                  float (&acc)[NTL][4]) {
   using C = Chunk<CK>;
@@ -150,7 +153,7 @@ MEGAMOE_DEVICE void consume_wide(const u8* ring, u64* full, u64* empty, StagePos
       nvfp4_pipe::block_mma<CK, NTL>(words, scw, bl + d * 128, acc);
     }
     // Every lane releases its own reads (the arrival has release semantics): no warp sync.
-    ptx::mbarrier_arrive(empty + pos.stage);
+    if (!kHoldLast || j + 1 < nch) ptx::mbarrier_arrive(empty + pos.stage);
     if (++pos.stage == STAGES) {
       pos.stage = 0;
       pos.parity ^= 1u;
@@ -159,10 +162,13 @@ MEGAMOE_DEVICE void consume_wide(const u8* ring, u64* full, u64* empty, StagePos
 }
 
 // The unit's raw results into y ([256 rows][NS tokens], tokens permuted per row by
-// partial_column as in the pipelined kernel's exchange tiles: conflict-free epilogue reads).
+// partial_column as in the pipelined kernel's exchange tiles: conflict-free epilogue reads). The
+// thread index is read anew (ptx::tid_x): the store offsets, hoisted out of the consume loop,
+// would otherwise be held across it at the 96-register cap.
 template <int NS, int NT>
 MEGAMOE_DEVICE void store_unit_rows(float* y, const float (&acc)[NT][4]) {
-  const int warp = static_cast<int>(threadIdx.x) >> 5, lane = threadIdx.x & 31;
+  const int tid = ptx::tid_x();
+  const int warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
@@ -191,7 +197,7 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
                 "sub-tiles of 8, 16 or 32 tokens dividing BM");
   static_assert(R >= 1 && R <= kNvfp4MaxRanks, "1..8 ranks");
   static_assert(STAGES >= 2 && STAGES < nvfp4_pipe::kUnitSlots, "2..15 stages (see kUnitSlots)");
-  static_assert(RB == 1 || RB == 2, "one or two result buffers");
+  static_assert(RB >= 0 && RB <= 2, "results over the last stage (0) or in one or two buffers");
   using namespace nvfp4_wide;
   constexpr int kWarps = kRowGroups;  // consumer warps
   constexpr int kThreads = kWarps * 32;
@@ -206,6 +212,8 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
   using TokensReady = SignalBarrier<2, kThreads + 32>;
   using S = nvfp4_wide::Smem<EL, BM, NS, STAGES, RB, CK>;
   using C = nvfp4_wide::Chunk<CK>;
+  static_assert(RB > 0 || kRowGroups * 16 * NS * 4 <= C::kWeightBytes,
+                "a unit's results fit over its last stage's weights");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   S& s = nvfp4_moe::dynamic_smem_as<S>(smem_raw);
 
@@ -371,11 +379,12 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
   StagePosition pos{0, 0u};
   int y_buf = 0;
   const float* y = s.y;
-  // One unit: MMAs over the sub-tile's live 8-token groups, raw results into a y buffer, one
-  // CTA barrier.
+  // The stage the last unit ended on (RB = 0: where its results are until end_unit).
+  auto last_stage = [&] { return pos.stage == 0 ? STAGES - 1 : pos.stage - 1; };
+  // One unit: MMAs over the sub-tile's live 8-token groups, raw results into a y buffer (RB = 0:
+  // over the unit's last stage, one more CTA barrier first), one CTA barrier.
   auto stream_unit = [&](int phase, int sub_live) {
     const int nch = (phase == 0 ? H : I) / CK;
-    float* const buffer = s.y + y_buf * (kRowGroups * 16 * NS);
     auto run = [&](auto ntl) {
       constexpr int NTL = decltype(ntl)::value;
       float acc[NTL][4];
@@ -383,8 +392,16 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
       for (int nt = 0; nt < NTL; ++nt)
 #pragma unroll
         for (int c = 0; c < 4; ++c) acc[nt][c] = 0.0f;
-      consume_wide<NS, NTL, STAGES, CK>(s.ring, s.full, s.empty, pos, nch, acc);
+      consume_wide<NS, NTL, STAGES, CK, RB == 0>(s.ring, s.full, s.empty, pos, nch, acc);
+      float* buffer;
+      if constexpr (RB == 0) {
+        Sync::sync();  // every warp has read the held stage: its weight bytes take the results
+        buffer = reinterpret_cast<float*>(s.ring + last_stage() * C::template kStageBytes<NS>);
+      } else {
+        buffer = s.y + y_buf * (kRowGroups * 16 * NS);
+      }
       store_unit_rows<NS, NTL>(buffer, acc);
+      y = buffer;
     };
     // The live 8-token groups only (warp-uniform): an expert's last sub-tile is often short.
     const int groups = (sub_live + 7) >> 3;
@@ -397,7 +414,6 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
     } else {
       run(IntConst<1>{});
     }
-    y = buffer;
     Sync::sync();
   };
   // Raw result of row `row` (0..63) of the unit's column tile c, token i (after the barrier).
@@ -407,10 +423,16 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
       return y[r * NS + nvfp4_pipe::partial_column<NS>(r, i)];
     };
   };
-  // After the epilogue: with two buffers the next unit writes the other one (every thread has
-  // left this epilogue before it passes the next unit's barrier); with one, a barrier first.
+  // After the epilogue: over the last stage, each thread releases the stage (its result writes
+  // ordered before the copies that refill it; the next unit's results go to a stage refilled and
+  // consumed after every thread's release); with two buffers the next unit writes the other one
+  // (every thread has left this epilogue before it passes the next unit's barrier); with one, a
+  // barrier first.
   auto end_unit = [&] {
-    if constexpr (RB == 2) {
+    if constexpr (RB == 0) {
+      ptx::fence_proxy_async_shared();
+      ptx::mbarrier_arrive(s.empty + last_stage());
+    } else if constexpr (RB == 2) {
       y_buf ^= 1;
     } else {
       Sync::sync();

@@ -70,6 +70,13 @@ MEGAMOE_DEVICE void fence_proxy_async_global() {
   asm volatile("fence.proxy.async.global;" ::: "memory");
 }
 
+// Orders this thread's earlier generic-proxy shared-memory writes before later async-proxy writes
+// of the same bytes: a stage that held generic data (the wide kernel's results) is refilled by
+// bulk copies once its consumers release it.
+MEGAMOE_DEVICE void fence_proxy_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
 // `bytes` (a multiple of 16, both addresses 16-byte aligned) from global `src` to shared `dst`,
 // L2 lines under `policy` (e.g. l2_evict_first_policy); completion counts against `bar`'s
 // expected transaction bytes.

@@ -66,6 +66,14 @@ MEGAMOE_DEVICE int ctaid_x() {
   return v;
 }
 
+// This thread's index in the CTA, read anew each call (volatile): index math derived from it is
+// not hoisted out of a hot loop and held across it in registers.
+MEGAMOE_DEVICE int tid_x() {
+  int v;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(v));
+  return v;
+}
+
 MEGAMOE_DEVICE u64 globaltimer_ns() {
   u64 t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
