@@ -14,6 +14,8 @@
 //
 // Subsets for profiling and quick iterations (comma lists; unset = all):
 //   MEGAMOE_BENCH_PRESETS=dsv4-flash  MEGAMOE_BENCH_ROUTINGS=uniform  MEGAMOE_BENCH_TOKENS=1,128
+// MEGAMOE_BENCH_TOKENS may also name other token counts (1..8192, e.g. the edges of a BLOCK_M
+// regime: 384,682); T_max is then the largest count.
 // MEGAMOE_BENCH_FP8_COMBINE=1 times the layer with FP8 combine slots (config.fp8_combine).
 #include <cuda.h>
 
@@ -29,6 +31,7 @@
 #include "../tests/support/nvfp4_host_dispatch.hpp"
 #include "jit/compiler.hpp"
 #include "megamoe/buffer.hpp"
+#include "megamoe/error.hpp"
 #include "megamoe/heuristics.hpp"
 #include "megamoe/nvfp4_mega_moe.hpp"
 #include "megamoe/pre_dispatch.hpp"
@@ -124,6 +127,26 @@ struct RoutingCase {
   reference::RoutingOptions options;
 };
 
+// The token counts to time: BENCHMARKS.md's, or the comma list MEGAMOE_BENCH_TOKENS names.
+std::vector<std::int64_t> token_counts() {
+  const char* v = std::getenv("MEGAMOE_BENCH_TOKENS");
+  if (v == nullptr || *v == '\0') return {1, 16, 64, 128, 512};
+  std::vector<std::int64_t> out;
+  const std::string list(v);
+  for (std::size_t at = 0; at <= list.size();) {
+    const std::size_t end = std::min(list.find(',', at), list.size());
+    const std::string item = list.substr(at, end - at);
+    char* stop = nullptr;
+    const long long t = std::strtoll(item.c_str(), &stop, 10);
+    if (item.empty() || *stop != '\0' || t < 1 || t > 8192) {
+      throw_invalid("MEGAMOE_BENCH_TOKENS", "each item must be a token count in [1, 8192]", item);
+    }
+    out.push_back(t);
+    at = end + 1;
+  }
+  return out;
+}
+
 struct Row {
   std::string preset, routing;
   std::int64_t tokens = 0;
@@ -149,6 +172,7 @@ int main(int argc, char** argv) {
     double bw_tbs = 0;
     const char* fp8_env = std::getenv("MEGAMOE_BENCH_FP8_COMBINE");
     const bool fp8_combine = fp8_env != nullptr && std::string(fp8_env) == "1";
+    const std::vector<std::int64_t> tokens = token_counts();
     const std::vector<RoutingCase> routings = {
         {"uniform", {}},
         {"zipf1.2", {reference::RoutingSkew::zipf, 1.2, 0.0}},
@@ -159,7 +183,8 @@ int main(int argc, char** argv) {
       MoEConfig c;
       c.shape = find_preset(preset_name).shape;
       c.num_ranks = 1;
-      c.max_tokens_per_rank = 512;
+      c.max_tokens_per_rank =
+          std::max<std::int64_t>(512, *std::max_element(tokens.begin(), tokens.end()));
       c.fp8_combine = fp8_combine;
       const std::int64_t el = c.experts_per_rank(), H = c.shape.hidden;
       const Nvfp4KernelWeightBytes wb = nvfp4_kernel_weight_bytes(c);
@@ -195,8 +220,7 @@ int main(int argc, char** argv) {
 
       for (const RoutingCase& rc : routings) {
         if (!selected("MEGAMOE_BENCH_ROUTINGS", rc.name)) continue;
-        for (std::int64_t T : {1, 16, 64, 128, 512}) {
-          if (!selected("MEGAMOE_BENCH_TOKENS", std::to_string(T))) continue;
+        for (std::int64_t T : tokens) {
           std::vector<DeviceBuffer> images, outs;
           std::vector<Nvfp4MoEOutputs> outputs;
           std::size_t image_offset = 0;

@@ -17,9 +17,12 @@ namespace {
 
 // Swap-AB decode kernels put tokens on the MMA N side, so the token tile can be as small as
 // the smallest wgmma N (8). Row i: BLOCK_M = kBlockMs[i] while the expected tokens per expert
-// t*R*K/E is <= kExpectedTokenLimits[i]; the last tile covers everything above.
-constexpr int kBlockMs[] = {8, 16, 32, 64, 128};
-constexpr std::int64_t kExpectedTokenLimits[] = {8, 16, 32, 64};
+// t*R*K/E is <= kExpectedTokenLimits[i]; the last tile covers everything above. The 16 tile
+// has two rows: the upper one (12..16 tokens per expert) may take 32 (wide_tiles_of_32).
+constexpr int kBlockMs[] = {8, 16, 16, 32, 64, 128};
+constexpr std::int64_t kExpectedTokenLimits[] = {8, 12, 16, 32, 64};
+constexpr std::size_t kUpper16Regime = 2;
+static_assert(kBlockMs[kUpper16Regime] == 16 && kBlockMs[kUpper16Regime - 1] == 16);
 constexpr std::size_t kNumRegimes = std::size(kBlockMs);
 static_assert(std::size(kExpectedTokenLimits) + 1 == kNumRegimes);
 
@@ -32,9 +35,11 @@ std::int64_t global_routes(const MoEConfig& c, std::int64_t t) {
 }
 
 // The wide NVFP4 kernel (the default from BLOCK_M 16 on) streams an expert's weights once per
-// tile. Where its 32-token sub-tiles run with stages of 384 k (H and I multiples of 384: 512 k do
-// not fit beside them, 256 k stream slower), one tile of 32 covers what two of 16 did:
-// h6144-e256-k8 T = 512 at 1.86x the floor instead of 2.07x (bench/NOTES.md, "wide").
+// tile. With 12..16 expected tokens per expert many experts get more than 16, and a tile of 32
+// covers what two of 16 did -- where its 32-token sub-tiles run with stages of 384 or 512 k (H and
+// I multiples of either; 256-k stages stream slower): h6144-e256-k8 T = 512 (16 per expert) at
+// 1.76x the floor instead of 2.07x. At 12 per expert (dsv4-flash T = 512) 32 lost to 16: +1 %
+// uniform, +10 % zipf1.2 (bench/NOTES.md, "wide").
 bool wide_tiles_of_32(const MoEConfig& c) {
   const auto whole = [&](int k) {
     return c.shape.hidden % k == 0 && c.shape.intermediate % k == 0;
@@ -55,7 +60,7 @@ int get_block_m_for_mega_moe(const MoEConfig& config, std::int64_t num_tokens_pe
   const std::int64_t routes = global_routes(config, num_tokens_per_rank);
   for (std::size_t i = 0; i + 1 < kNumRegimes; ++i) {
     if (routes <= kExpectedTokenLimits[i] * config.shape.num_experts) {
-      return kBlockMs[i] == 16 && wide_tiles_of_32(config) ? 32 : kBlockMs[i];
+      return i == kUpper16Regime && wide_tiles_of_32(config) ? 32 : kBlockMs[i];
     }
   }
   return kBlockMs[kNumRegimes - 1];

@@ -3,6 +3,8 @@
 
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/heuristics_state.hpp"
 #include "megamoe/heuristics.hpp"
@@ -64,25 +66,32 @@ TEST(Heuristics, BlockMTable) {
 }
 
 // Where the wide NVFP4 kernel runs 32-token sub-tiles with 384-k or 512-k stages (H and I
-// multiples of 384 or of 512, bf16 combine), the 16 regime takes 32; elsewhere (FP8 combine,
-// 256-k stages only) 16.
+// multiples of 384 or of 512, bf16 combine), the upper half of the 16 regime (12..16 expected
+// tokens per expert) takes 32; elsewhere (FP8 combine, 256-k stages only) 16.
 TEST(Heuristics, BlockMWideKernelTakes32For16) {
-  MoEConfig c = config(256, 1, 8, 8192);
-  c.shape.hidden = 6144;
-  c.shape.intermediate = 3072;
-  EXPECT_EQ(get_block_m_for_mega_moe(c, 256), 8);
-  EXPECT_EQ(get_block_m_for_mega_moe(c, 257), 32);
-  EXPECT_EQ(get_block_m_for_mega_moe(c, 512), 32);
-  EXPECT_EQ(get_block_m_for_mega_moe(c, 1024), 32);
-  EXPECT_EQ(get_block_m_for_mega_moe(c, 1025), 64);
-  EXPECT_EQ(reachable_block_ms(c), (std::vector<int>{8, 32, 64, 128}));
-  EXPECT_EQ(block_m_regime_ends(c), (std::vector<std::int64_t>{256, 1024, 2048, 8192}));
+  MoEConfig c = config(256, 1, 8, 8192);  // 1/32 expected tokens per expert per token
+  for (auto [h, inter] : {std::pair{6144, 3072}, std::pair{4096, 2048}}) {
+    c.shape.hidden = h;
+    c.shape.intermediate = inter;
+    EXPECT_EQ(get_block_m_for_mega_moe(c, 256), 8);
+    EXPECT_EQ(get_block_m_for_mega_moe(c, 257), 16);
+    EXPECT_EQ(get_block_m_for_mega_moe(c, 384), 16);
+    EXPECT_EQ(get_block_m_for_mega_moe(c, 385), 32);
+    EXPECT_EQ(get_block_m_for_mega_moe(c, 512), 32);
+    EXPECT_EQ(get_block_m_for_mega_moe(c, 1024), 32);
+    EXPECT_EQ(get_block_m_for_mega_moe(c, 1025), 64);
+    EXPECT_EQ(reachable_block_ms(c), (std::vector<int>{8, 16, 32, 64, 128}));
+    EXPECT_EQ(block_m_regime_ends(c), (std::vector<std::int64_t>{256, 384, 1024, 2048, 8192}));
+  }
+  // dsv4-flash at T = 512 (top-6): 12 expected tokens per expert, 16.
+  c.shape.top_k = 6;
+  EXPECT_EQ(get_block_m_for_mega_moe(c, 512), 16);
+  EXPECT_EQ(get_block_m_for_mega_moe(c, 513), 32);
+  c.shape.top_k = 8;
   c.fp8_combine = true;
   EXPECT_EQ(get_block_m_for_mega_moe(c, 512), 16);
+  EXPECT_EQ(block_m_regime_ends(c), (std::vector<std::int64_t>{256, 512, 1024, 2048, 8192}));
   c.fp8_combine = false;
-  c.shape.hidden = 4096;
-  c.shape.intermediate = 2048;
-  EXPECT_EQ(get_block_m_for_mega_moe(c, 512), 32);
   c.shape.hidden = 1280;
   c.shape.intermediate = 768;
   EXPECT_EQ(get_block_m_for_mega_moe(c, 512), 16);
