@@ -60,9 +60,9 @@ struct Chunk {
 
 // Shared memory of one CTA (dynamic; src/runtime/register_nvfp4_mega_moe.cpp mirrors its size).
 // ring / full / empty: the stages (weights, then the token chunk); unit_ready / unit_q: the units
-// the producer published; y: RB buffers of a unit's 256 x NS raw results (RB = 0: none, the unit
-// writes its results over its last stage, which it releases after the epilogue; a one-float
-// placeholder keeps the array legal).
+// the producer published; y: RB buffers of a unit's 256 x NS raw results (RB = 0: none, each
+// warp writes its rows' results over its own row group's weights in the unit's last stage, which
+// the consumers release after the epilogue; a one-float placeholder keeps the array legal).
 template <int EL, int BM, int NS, int STAGES, int RB, int CK>
 struct Smem {
   u8 ring[STAGES * Chunk<CK>::template kStageBytes<NS>];
@@ -161,11 +161,18 @@ MEGAMOE_DEVICE void consume_wide(const u8* ring, u64* full, u64* empty, StagePos
   }
 }
 
-// The unit's raw results into y ([256 rows][NS tokens], tokens permuted per row by
-// partial_column as in the pipelined kernel's exchange tiles: conflict-free epilogue reads). The
-// thread index is read anew (ptx::tid_x): the store offsets, hoisted out of the consume loop,
-// would otherwise be held across it at the 96-register cap.
-template <int NS, int NT>
+// Where row r of a unit's raw results lives in y: 16-row groups GROUP floats apart ([16 rows][NS
+// tokens] each), tokens permuted per row by partial_column as in the pipelined kernel's exchange
+// tiles (conflict-free epilogue reads).
+template <int NS, int GROUP>
+MEGAMOE_DEVICE int result_index(int r, int i) {
+  return (r >> 4) * GROUP + (r & 15) * NS + nvfp4_pipe::partial_column<NS>(r, i);
+}
+
+// This warp's 16 rows of the unit's raw results into y (layout: result_index). The thread index
+// is read anew (ptx::tid_x): the store offsets, hoisted out of the consume loop, would otherwise
+// be held across it at the 96-register cap.
+template <int NS, int NT, int GROUP>
 MEGAMOE_DEVICE void store_unit_rows(float* y, const float (&acc)[NT][4]) {
   const int tid = ptx::tid_x();
   const int warp = tid >> 5, lane = tid & 31;
@@ -176,7 +183,7 @@ MEGAMOE_DEVICE void store_unit_rows(float* y, const float (&acc)[NT][4]) {
     for (int c = 0; c < 4; ++c) {
       // m16n8 accumulator element c: row g (+ 8 for c >= 2), token 2 t (+ 1 for odd c).
       const int row = warp * 16 + g + (c >> 1) * 8, i = nt * 8 + 2 * t + (c & 1);
-      y[row * NS + nvfp4_pipe::partial_column<NS>(row, i)] = acc[nt][c];
+      y[result_index<NS, GROUP>(row, i)] = acc[nt][c];
     }
   }
 }
@@ -212,8 +219,6 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
   using TokensReady = SignalBarrier<2, kThreads + 32>;
   using S = nvfp4_wide::Smem<EL, BM, NS, STAGES, RB, CK>;
   using C = nvfp4_wide::Chunk<CK>;
-  static_assert(RB > 0 || kRowGroups * 16 * NS * 4 <= C::kWeightBytes,
-                "a unit's results fit over its last stage's weights");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   S& s = nvfp4_moe::dynamic_smem_as<S>(smem_raw);
 
@@ -381,8 +386,13 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
   const float* y = s.y;
   // The stage the last unit ended on (RB = 0: where its results are until end_unit).
   auto last_stage = [&] { return pos.stage == 0 ? STAGES - 1 : pos.stage - 1; };
+  // Result row groups: [16][NS] floats each, contiguous in a y buffer; over the last stage each
+  // warp's over its own row group's weight bytes, which no other warp reads.
+  constexpr int kYGroup = RB == 0 ? C::kGroupBytes / 4 : 16 * NS;
+  static_assert(RB > 0 || 16 * NS * 4 <= C::kGroupBytes,
+                "a row group's results fit over its weights");
   // One unit: MMAs over the sub-tile's live 8-token groups, raw results into a y buffer (RB = 0:
-  // over the unit's last stage, one more CTA barrier first), one CTA barrier.
+  // over the unit's last stage), one CTA barrier.
   auto stream_unit = [&](int phase, int sub_live) {
     const int nch = (phase == 0 ? H : I) / CK;
     auto run = [&](auto ntl) {
@@ -395,12 +405,12 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
       consume_wide<NS, NTL, STAGES, CK, RB == 0>(s.ring, s.full, s.empty, pos, nch, acc);
       float* buffer;
       if constexpr (RB == 0) {
-        Sync::sync();  // every warp has read the held stage: its weight bytes take the results
+        __syncwarp();  // every lane has read the warp's weights of the held stage
         buffer = reinterpret_cast<float*>(s.ring + last_stage() * C::template kStageBytes<NS>);
       } else {
         buffer = s.y + y_buf * (kRowGroups * 16 * NS);
       }
-      store_unit_rows<NS, NTL>(buffer, acc);
+      store_unit_rows<NS, NTL, kYGroup>(buffer, acc);
       y = buffer;
     };
     // The live 8-token groups only (warp-uniform): an expert's last sub-tile is often short.
@@ -418,10 +428,7 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
   };
   // Raw result of row `row` (0..63) of the unit's column tile c, token i (after the barrier).
   auto y_of = [&](int c) {
-    return [&y, c](int row, int i) {
-      const int r = c * 64 + row;
-      return y[r * NS + nvfp4_pipe::partial_column<NS>(r, i)];
-    };
+    return [&y, c](int row, int i) { return y[result_index<NS, kYGroup>(c * 64 + row, i)]; };
   };
   // After the epilogue: over the last stage, each thread releases the stage (its result writes
   // ordered before the copies that refill it; the next unit's results go to a stage refilled and
