@@ -12,8 +12,10 @@
 //     of the sub-tile's token chunk (bulk copies). Without a resident token tile, sub-tiles of
 //     up to 32 tokens run with two or more stages at any H;
 //   * the MMAs run only over the sub-tile's live 8-token groups (a warp-uniform choice per unit).
-// Numerics are the pipelined kernel's: the same exact decode of both operands, the same
-// epilogues (nvfp4_moe::fc1_requantize_token, nvfp4_pipe::fc2_store_bf16_rows).
+//   * FC2's epilogue runs from each warp's accumulators (no shared memory, no CTA barrier); FC1's
+//     goes through shared memory (gate and up rows of a column are in different warps).
+// Numerics are the pipelined kernel's: the same exact decode of both operands, the same FC1
+// epilogue (nvfp4_moe::fc1_requantize_token), FC2 rounded as nvfp4_pipe::fc2_store_bf16_rows.
 #include "megamoe/impls/sm90_nvfp4_mega_moe_pipelined.cuh"
 
 namespace megamoe::device {
@@ -172,7 +174,7 @@ MEGAMOE_DEVICE int result_index(int r, int i) {
 // This warp's 16 rows of the unit's raw results into y (layout: result_index). The thread index
 // is read anew (ptx::tid_x): the store offsets, hoisted out of the consume loop, would otherwise
 // be held across it at the 96-register cap.
-template <int NS, int NT, int GROUP>
+template <int NS, int GROUP, int NT>
 MEGAMOE_DEVICE void store_unit_rows(float* y, const float (&acc)[NT][4]) {
   const int tid = ptx::tid_x();
   const int warp = tid >> 5, lane = tid & 31;
@@ -184,6 +186,44 @@ MEGAMOE_DEVICE void store_unit_rows(float* y, const float (&acc)[NT][4]) {
       // m16n8 accumulator element c: row g (+ 8 for c >= 2), token 2 t (+ 1 for odd c).
       const int row = warp * 16 + g + (c >> 1) * 8, i = nt * 8 + 2 * t + (c & 1);
       y[result_index<NS, GROUP>(row, i)] = acc[nt][c];
+    }
+  }
+}
+
+// FC2's epilogue straight from this warp's accumulators, no shared memory and no CTA barrier:
+// its 16 output columns (of the unit's 256) of every live token of the sub-tile, bf16 of y x
+// kWeightUnscale x factor exactly as nvfp4_pipe::fc2_store_bf16_rows rounds them, into the
+// source rank's combine slot (routes of the tile in s.route_*). Lanes of even g take token 2 t of
+// each 8-token group, odd g token 2 t + 1; rows pair with the neighbouring lane's (lane ^ 4:
+// row g ^ 1) for 4-byte stores of rows (g & ~1, + 1) and (+ 8, + 9).
+template <int H, int TMAX, int NS, class S, int NT>
+MEGAMOE_DEVICE void fc2_store_from_registers(const Nvfp4MoeArgs& a, const S& s, int sub,
+                                             int sub_live, int col, float factor,
+                                             const float (&acc)[NT][4]) {
+  const int tid = ptx::tid_x();
+  const int warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const bool odd = (g & 1) != 0;
+  const int h0 = col * 256 + warp * 16 + (g & ~1);
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    // m16n8 accumulator element c: row g (+ 8 for c >= 2), token 2 t (+ 1 for odd c).
+    u32 v[4], x[4];
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      v[c] = ptx::f32_to_bf16_rn(__fmul_rn(acc[nt][c] * nvfp4::kWeightUnscale, factor));
+    }
+#pragma unroll
+    for (int c = 0; c < 4; ++c) x[c] = __shfl_xor_sync(0xFFFFFFFFu, v[c], 4);
+    const int i = nt * 8 + 2 * t + (odd ? 1 : 0);
+    if (i < sub_live) {
+      const u32 lo = odd ? (x[1] | v[1] << 16) : (v[0] | x[0] << 16);
+      const u32 hi = odd ? (x[3] | v[3] << 16) : (v[2] | x[2] << 16);
+      const int r = sub * NS + i;
+      u8* slot = a.base[s.route_src[r]] + a.off_combine +
+                 ((static_cast<u64>(s.route_k[r]) * TMAX + s.route_tok[r]) * H + h0) * 2;
+      *reinterpret_cast<u32*>(slot) = lo;
+      *reinterpret_cast<u32*>(slot + 16) = hi;  // rows + 8, + 9
     }
   }
 }
@@ -391,9 +431,9 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
   constexpr int kYGroup = RB == 0 ? C::kGroupBytes / 4 : 16 * NS;
   static_assert(RB > 0 || 16 * NS * 4 <= C::kGroupBytes,
                 "a row group's results fit over its weights");
-  // One unit: MMAs over the sub-tile's live 8-token groups, raw results into a y buffer (RB = 0:
-  // over the unit's last stage), one CTA barrier.
-  auto stream_unit = [&](int phase, int sub_live) {
+  // One unit: MMAs over the sub-tile's live 8-token groups (hold: keep the last stage, see
+  // consume_wide), then finish(acc) with this warp's accumulators.
+  auto stream_unit = [&](auto hold, int phase, int sub_live, auto&& finish) {
     const int nch = (phase == 0 ? H : I) / CK;
     auto run = [&](auto ntl) {
       constexpr int NTL = decltype(ntl)::value;
@@ -402,16 +442,9 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
       for (int nt = 0; nt < NTL; ++nt)
 #pragma unroll
         for (int c = 0; c < 4; ++c) acc[nt][c] = 0.0f;
-      consume_wide<NS, NTL, STAGES, CK, RB == 0>(s.ring, s.full, s.empty, pos, nch, acc);
-      float* buffer;
-      if constexpr (RB == 0) {
-        __syncwarp();  // every lane has read the warp's weights of the held stage
-        buffer = reinterpret_cast<float*>(s.ring + last_stage() * C::template kStageBytes<NS>);
-      } else {
-        buffer = s.y + y_buf * (kRowGroups * 16 * NS);
-      }
-      store_unit_rows<NS, NTL, kYGroup>(buffer, acc);
-      y = buffer;
+      consume_wide<NS, NTL, STAGES, CK, decltype(hold)::value != 0>(s.ring, s.full, s.empty, pos,
+                                                                    nch, acc);
+      finish(acc);
     };
     // The live 8-token groups only (warp-uniform): an expert's last sub-tile is often short.
     const int groups = (sub_live + 7) >> 3;
@@ -424,7 +457,19 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
     } else {
       run(IntConst<1>{});
     }
-    Sync::sync();
+  };
+  // FC1's finish: the raw results into a y buffer (RB = 0: over the unit's last stage), then one
+  // CTA barrier before the epilogue reads them.
+  auto results_to_y = [&](const auto& acc) {
+    float* buffer;
+    if constexpr (RB == 0) {
+      __syncwarp();  // every lane has read the warp's weights of the held stage
+      buffer = reinterpret_cast<float*>(s.ring + last_stage() * C::template kStageBytes<NS>);
+    } else {
+      buffer = s.y + y_buf * (kRowGroups * 16 * NS);
+    }
+    store_unit_rows<NS, kYGroup>(buffer, acc);
+    y = buffer;
   };
   // Raw result of row `row` (0..63) of the unit's column tile c, token i (after the barrier).
   auto y_of = [&](int c) {
@@ -474,9 +519,11 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
             __fmul_rn(__ldg(reinterpret_cast<const float*>(sb + a.off_x_global) + tok),
                       __ldg(a.alpha1[rank_of()] + e));
       }
-      // Read by the epilogue only, after stream_unit's barrier.
+      // Read by the epilogue only, after the barrier that follows stream_unit.
     }
-    stream_unit(0, min(NS, live_of(cur, expert_of(cur)) - cur.sub * NS));
+    stream_unit(IntConst<RB == 0>{}, 0, min(NS, live_of(cur, expert_of(cur)) - cur.sub * NS),
+                results_to_y);
+    Sync::sync();
     const int e = expert_of(cur);
     const int sub_live = min(NS, live_of(cur, e) - cur.sub * NS);
     const float g2 = __ldg(a.fc2_scale[rank_of()] + e);
@@ -505,11 +552,12 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
   TokensReady::arrive();
 
   // ---- phase 2: FC2 into the source ranks' combine slots -----------------------------------
+  // Each warp stores its own rows from registers: no CTA barrier but at a tile change.
   b_tile = -1;
   while (cur.phase == 1) {
     if (cur.tileg != b_tile) {
       b_tile = cur.tileg;
-      Sync::sync();
+      Sync::sync();  // every warp has stored the previous tile's rows
       if (tid < live_of(cur, expert_of(cur))) {
         const volatile int* rl = reinterpret_cast<const volatile int*>(mine() + a.off_route) +
                                  (cur.tileg * BM + tid) * 3;
@@ -517,18 +565,16 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
         s.route_tok[tid] = rl[1];
         s.route_k[tid] = rl[2];
       }
+      Sync::sync();  // the tile's routes are in place before any warp stores
     }
-    stream_unit(1, min(NS, live_of(cur, expert_of(cur)) - cur.sub * NS));
-    const int e = expert_of(cur);
-    const int sub_live = min(NS, live_of(cur, e) - cur.sub * NS);
-    const float factor =
-        __fmul_rn(__ldg(a.fc2_scale[rank_of()] + e), __ldg(a.alpha2[rank_of()] + e));
-#pragma unroll 1
-    for (int c = 0; c < 4; ++c) {
-      nvfp4_pipe::fc2_store_bf16_rows<H, TMAX, NS, kWarps>(a, s, cur.sub, sub_live, cur.col * 4 + c,
-                                                           factor, y_of(c));
-    }
-    end_unit();
+    stream_unit(IntConst<0>{}, 1, min(NS, live_of(cur, expert_of(cur)) - cur.sub * NS),
+                [&](const auto& acc) {
+                  const int e = expert_of(cur);
+                  const float factor =
+                      __fmul_rn(__ldg(a.fc2_scale[rank_of()] + e), __ldg(a.alpha2[rank_of()] + e));
+                  fc2_store_from_registers<H, TMAX, NS>(
+                      a, s, cur.sub, min(NS, live_of(cur, e) - cur.sub * NS), cur.col, factor, acc);
+                });
     cur = nvfp4_pipe::take_unit(s.unit_q, s.unit_ready, upos);
   }
 
