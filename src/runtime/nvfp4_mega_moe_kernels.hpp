@@ -51,10 +51,10 @@ struct Nvfp4LaunchShape {
 // `wide`: 16 consumer warps and a producer, sub-tiles of min(BLOCK_M, 32) tokens; stages of 4, 3
 // or 2 blocks per row group (the widest that H and I divide into and two of which fit;
 // MEGAMOE_NVFP4_STAGE_BLOCKS=2|3|4 overrides), the deepest 2..6 such stages that fit with one
-// result buffer, else two with none (MEGAMOE_NVFP4_STAGES overrides), two result buffers where
-// they fit beside them, else one, else none: a unit's results then go over its last stage
-// (MEGAMOE_NVFP4_REDUCE_BUFFERS=0|1|2 overrides). Unsupported without the plan's "token_f16"
-// (FP8 combine, H or I not a multiple of 256).
+// result buffer, else two with none (MEGAMOE_NVFP4_STAGES overrides), two FC1 result buffers
+// where they fit beside them, else one, else none: an FC1 unit's results then go over its last
+// stage; FC2 units store from registers (MEGAMOE_NVFP4_REDUCE_BUFFERS=0|1|2 overrides).
+// Unsupported without the plan's "token_f16" (FP8 combine, H or I not a multiple of 256).
 Nvfp4LaunchShape nvfp4_launch_shape(const MoEConfig& config, int block_m,
                                     Nvfp4KernelVersion version);
 Nvfp4LaunchShape nvfp4_launch_shape(const MoEConfig& config, int block_m);

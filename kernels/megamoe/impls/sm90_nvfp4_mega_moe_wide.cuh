@@ -62,9 +62,10 @@ struct Chunk {
 
 // Shared memory of one CTA (dynamic; src/runtime/register_nvfp4_mega_moe.cpp mirrors its size).
 // ring / full / empty: the stages (weights, then the token chunk); unit_ready / unit_q: the units
-// the producer published; y: RB buffers of a unit's 256 x NS raw results (RB = 0: none, each
-// warp writes its rows' results over its own row group's weights in the unit's last stage, which
-// the consumers release after the epilogue; a one-float placeholder keeps the array legal).
+// the producer published; y: RB buffers of an FC1 unit's 256 x NS raw results (RB = 0: none,
+// each warp writes its rows' results over its own row group's weights in the unit's last stage,
+// which the consumers release after the epilogue; a one-float placeholder keeps the array legal).
+// FC2 units store from registers and use no y.
 template <int EL, int BM, int NS, int STAGES, int RB, int CK>
 struct Smem {
   u8 ring[STAGES * Chunk<CK>::template kStageBytes<NS>];
@@ -131,7 +132,7 @@ MEGAMOE_DEVICE void decode_token_chunks(u8* scratch, const S& s, int total_tiles
 // stages. Barrier full[stage]: the producer's expect_tx arrival + the stage's bytes (weights and
 // token chunk) complete a phase; empty[stage]: every consumer thread arrives after its last read
 // of the stage (the token chunk's B loads of its last block) -- with kHoldLast, not for the
-// unit's last stage: the caller releases that one after the epilogue (release_held_stage).
+// unit's last stage: the caller releases that one after the epilogue (end_unit).
 template <int NS, int NTL, int STAGES, int CK, bool kHoldLast>
 MEGAMOE_DEVICE void consume_wide(const u8* ring, u64* full, u64* empty, StagePosition& pos, int nch,
                                  float (&acc)[NTL][4]) {
@@ -458,8 +459,8 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
       run(IntConst<1>{});
     }
   };
-  // FC1's finish: the raw results into a y buffer (RB = 0: over the unit's last stage), then one
-  // CTA barrier before the epilogue reads them.
+  // FC1's finish: this warp's raw results into a y buffer (RB = 0: over its weights in the unit's
+  // last stage); the caller's CTA barrier follows before the epilogue reads them.
   auto results_to_y = [&](const auto& acc) {
     float* buffer;
     if constexpr (RB == 0) {
@@ -475,7 +476,7 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
   auto y_of = [&](int c) {
     return [&y, c](int row, int i) { return y[result_index<NS, kYGroup>(c * 64 + row, i)]; };
   };
-  // After the epilogue: over the last stage, each thread releases the stage (its result writes
+  // After an FC1 epilogue: over the last stage, each thread releases the stage (its result writes
   // ordered before the copies that refill it; the next unit's results go to a stage refilled and
   // consumed after every thread's release); with two buffers the next unit writes the other one
   // (every thread has left this epilogue before it passes the next unit's barrier); with one, a
