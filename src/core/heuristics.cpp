@@ -37,9 +37,9 @@ std::int64_t global_routes(const MoEConfig& c, std::int64_t t) {
 // The wide NVFP4 kernel (the default from BLOCK_M 16 on) streams an expert's weights once per
 // tile. With 12..16 expected tokens per expert many experts get more than 16, and a tile of 32
 // covers what two of 16 did -- where its 32-token sub-tiles run with stages of 384 or 512 k (H and
-// I multiples of either; 256-k stages stream slower): h6144-e256-k8 T = 512 (16 per expert) at
-// 1.76x the floor instead of 2.07x. At 12 per expert (dsv4-flash T = 512) 32 lost to 16: +1 %
-// uniform, +10 % zipf1.2 (bench/NOTES.md, "wide").
+// I multiples of either; 256-k stages stream slower): dsv4-flash T = 682 (16 per expert) 1544 us
+// with 32 against 1829 us with 16 in one run. At 12 per expert (dsv4-flash T = 512) 32 lost to
+// 16: +1 % uniform, +10 % zipf1.2 (bench/NOTES.md, "v15").
 bool wide_tiles_of_32(const MoEConfig& c) {
   const auto whole = [&](int k) {
     return c.shape.hidden % k == 0 && c.shape.intermediate % k == 0;
