@@ -11,6 +11,7 @@
 #include "megamoe/error.hpp"
 #include "megamoe/heuristics.hpp"
 #include "megamoe/presets.hpp"
+#include "nvfp4_wide_test_shapes.hpp"
 #include "runtime/kernel_registry.hpp"
 #include "runtime/nvfp4_mega_moe_kernels.hpp"
 
@@ -139,22 +140,14 @@ TEST(Nvfp4KernelCompile, WideShapes) {
   // The GPU test WideKernelSubTilesAndStages: its shapes and token counts with the default and
   // 256-k stages and 2, 1 or 0 result buffers where they fit (each kernel once).
   {
-    struct GpuCase {
-      std::int64_t h, inter;
-      int ranks;
-      std::int64_t tokens;
-    };
-    const GpuCase cases[] = {{1024, 512, 1, 5},  {1024, 512, 1, 40},  {1024, 512, 2, 20},
-                             {1024, 512, 2, 40}, {1024, 512, 1, 512}, {1536, 768, 1, 60},
-                             {1280, 768, 1, 40}};
     std::set<std::string> built;
     int fitting[3] = {0, 0, 0};
     for (const char* blocks : {"", "2"}) {
       test::ScopedEnv stage_blocks("MEGAMOE_NVFP4_STAGE_BLOCKS", blocks);
       for (int buffers : {2, 1, 0}) {
         test::ScopedEnv result_buffers("MEGAMOE_NVFP4_REDUCE_BUFFERS", std::to_string(buffers));
-        for (const GpuCase& g : cases) {
-          const MoEConfig c = config(g.h, g.inter, 32, 8, g.ranks, 512);
+        for (const test::WideTestShape& g : test::kWideTestShapes) {
+          const MoEConfig c = config(g.hidden, g.inter, 32, 8, g.ranks, 512);
           const int bm = get_block_m_for_mega_moe(c, g.tokens);
           try {
             runtime::nvfp4_launch_shape(c, bm, wide);
@@ -168,8 +161,9 @@ TEST(Nvfp4KernelCompile, WideShapes) {
         }
       }
     }
-    // The GPU test expects at least 8 cases per result-buffer count.
-    for (int b = 0; b < 3; ++b) EXPECT_GE(fitting[b], 8) << b << " result buffers";
+    for (int b = 0; b < 3; ++b) {
+      EXPECT_GE(fitting[b], test::kWideTestMinCasesPerBufferCount) << b << " result buffers";
+    }
   }
   const MoEConfig odd_width = config(1536, 768, 32, 8, 1, 512);
   EXPECT_EQ(get_block_m_for_mega_moe(odd_width, 60), 32);

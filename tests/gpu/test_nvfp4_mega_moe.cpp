@@ -34,6 +34,7 @@
 #include "megamoe/pre_dispatch.hpp"
 #include "megamoe/reference.hpp"
 #include "nvfp4_host_dispatch.hpp"
+#include "nvfp4_wide_test_shapes.hpp"
 #include "runtime/cuda_driver.hpp"
 #include "runtime/device_memory.hpp"
 #include "runtime/nvfp4_kernel_weight_storage.hpp"
@@ -523,28 +524,21 @@ TEST_F(Nvfp4MegaMoe, StageBlocksAndExchangeBuffers) {
 TEST_F(Nvfp4MegaMoe, WideKernelSubTilesAndStages) {
   const auto wide = use_version("wide");
   if (!wide) GTEST_SKIP() << "tests the wide kernel; MEGAMOE_NVFP4_KERNEL forces another";
-  struct Shape {
-    std::int64_t hidden, inter;
-    int ranks;
-    std::int64_t tokens;
-    Routing routing;
-  };
-  const Shape shapes[] = {{1024, 512, 1, 5, Routing::masked},   {1024, 512, 1, 40, Routing::masked},
-                          {1024, 512, 2, 20, Routing::uniform}, {1024, 512, 2, 40, Routing::masked},
-                          {1024, 512, 1, 512, Routing::zipf},   {1536, 768, 1, 60, Routing::masked},
-                          {1280, 768, 1, 40, Routing::masked}};
   int ran[3] = {0, 0, 0};  // cases per result-buffer count
   for (const char* blocks : {"", "2"}) {
     test::ScopedEnv stage_blocks("MEGAMOE_NVFP4_STAGE_BLOCKS", blocks);
     for (int buffers : {2, 1, 0}) {
       test::ScopedEnv result_buffers("MEGAMOE_NVFP4_REDUCE_BUFFERS", std::to_string(buffers));
-      for (const Shape& sh : shapes) {
+      for (const test::WideTestShape& sh : test::kWideTestShapes) {
         Case c;
         c.hidden = sh.hidden;
         c.inter = sh.inter;
         c.ranks = sh.ranks;
         c.tokens = sh.tokens;
-        c.routing = sh.routing;
+        using WR = test::WideTestShape::Routing;
+        c.routing = sh.routing == WR::zipf     ? Routing::zipf
+                    : sh.routing == WR::masked ? Routing::masked
+                                               : Routing::uniform;
         const MoEConfig config = config_of(c);
         try {
           runtime::nvfp4_launch_shape(config, get_block_m_for_mega_moe(config, c.tokens));
@@ -556,7 +550,10 @@ TEST_F(Nvfp4MegaMoe, WideKernelSubTilesAndStages) {
       }
     }
   }
-  for (int b = 0; b < 3; ++b) EXPECT_GE(ran[b], 8) << b << " result buffers ran too few cases";
+  for (int b = 0; b < 3; ++b) {
+    EXPECT_GE(ran[b], test::kWideTestMinCasesPerBufferCount)
+        << b << " result buffers ran too few cases";
+  }
 }
 
 // The whole layer as users call it: mega_moe_pre_dispatch, then nvfp4_mega_moe.
