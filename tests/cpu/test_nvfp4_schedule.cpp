@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <random>
 #include <set>
@@ -15,8 +16,40 @@
 namespace megamoe::device::nvfp4_pipe {
 namespace {
 
+// Item ranges as the wide kernel's producer warp cuts them (balanced_item_range): the lanes'
+// expert blocks, their scan and the sums over lanes emulated here.
+template <int EL, int BM, int NS>
+std::pair<int, int> balanced_range(const std::vector<int>& count, int ct, int items, int cta,
+                                   int nctas) {
+  constexpr int kPerLane = (EL + 31) / 32;
+  long long own[32], before[32], total = 0;
+  for (int lane = 0; lane < 32; ++lane) {
+    const int e0 = std::min(EL, lane * kPerLane), e1 = std::min(EL, e0 + kPerLane);
+    own[lane] = 0;
+    for (int e = e0; e < e1; ++e) own[lane] += expert_item_cost<BM, NS>(count[e], ct);
+    before[lane] = total;
+    total += own[lane];
+  }
+  auto start = [&](int k) {
+    int n = 0;
+    for (int lane = 0; lane < 32; ++lane) {
+      const int e0 = std::min(EL, lane * kPerLane), e1 = std::min(EL, e0 + kPerLane);
+      n += items_starting_before<BM, NS>(count.data(), e0, e1, ct, before[lane],
+                                         share_start(total, k, nctas));
+    }
+    // The same cut point from one serial pass over all experts.
+    EXPECT_EQ(n, (items_starting_before<BM, NS>(count.data(), 0, EL, ct, 0,
+                                                share_start(total, k, nctas))));
+    return std::min(n, items);
+  };
+  return {start(cta), start(cta + 1)};
+}
+
+enum class Split { equal_items, by_cost };
+
 template <int EL, int BM, int NS, int CT1, int CT2>
-void walk(const std::vector<int>& count, int nctas, std::uint64_t seed) {
+void walk(const std::vector<int>& count, int nctas, std::uint64_t seed,
+          Split split = Split::equal_items) {
   std::vector<int> prefix(EL + 1, 0);
   for (int e = 0; e < EL; ++e) prefix[e + 1] = prefix[e] + (count[e] + BM - 1) / BM;
   const int tiles = prefix[EL];
@@ -37,8 +70,13 @@ void walk(const std::vector<int>& count, int nctas, std::uint64_t seed) {
     Schedule<EL, BM, NS, CT1, CT2> s{prefix.data(), count.data(), {0, 0}, {0, 0}};
     const long long items[2] = {1LL * tiles * CT1, 1LL * tiles * CT2};
     for (int ph = 0; ph < 2; ++ph) {
-      s.lo[ph] = static_cast<int>(items[ph] * cta / nctas);
-      s.hi[ph] = static_cast<int>(items[ph] * (cta + 1) / nctas);
+      if (split == Split::by_cost) {
+        std::tie(s.lo[ph], s.hi[ph]) = balanced_range<EL, BM, NS>(
+            count, ph == 0 ? CT1 : CT2, static_cast<int>(items[ph]), cta, nctas);
+      } else {
+        s.lo[ph] = static_cast<int>(items[ph] * cta / nctas);
+        s.hi[ph] = static_cast<int>(items[ph] * (cta + 1) / nctas);
+      }
     }
     int last_phase = 0;
     std::map<std::pair<int, int>, int> last_sub;  // (phase, tile) -> sub-tile seen last
@@ -74,7 +112,10 @@ void random_cases(std::uint64_t seed, int max_count) {
     }
     if (mode == 2) count[rng() % EL] = max_count * 4;  // one hot expert
     // mode 3: no routes at all
-    for (int nctas : {1, 3, 16, 66, 132}) walk<EL, BM, NS, CT1, CT2>(count, nctas, seed);
+    for (int nctas : {1, 3, 16, 66, 132}) {
+      walk<EL, BM, NS, CT1, CT2>(count, nctas, seed);
+      walk<EL, BM, NS, CT1, CT2>(count, nctas, seed, Split::by_cost);
+    }
   }
 }
 
@@ -88,6 +129,64 @@ TEST(Nvfp4Schedule, LargeTilesManySubTiles) {
 
 TEST(Nvfp4Schedule, PresetWidths) {
   random_cases<256, 16, 16, 64, 64>(std::random_device{}(), 40);
+}
+
+// The cost model: per token sub-tile a fixed part and one per live 8-token group.
+TEST(Nvfp4Schedule, ItemCosts) {
+  EXPECT_EQ(item_cost<32>(1), 13);
+  EXPECT_EQ(item_cost<32>(8), 13);
+  EXPECT_EQ(item_cost<32>(9), 14);
+  EXPECT_EQ(item_cost<32>(32), 16);
+  EXPECT_EQ(item_cost<16>(40), 14 + 14 + 13);  // three sub-tiles of 16, 16, 8
+  EXPECT_EQ((expert_item_cost<32, 32>(40, 24)), 24 * (16 + 13));
+  EXPECT_EQ((expert_item_cost<32, 32>(0, 24)), 0);
+  // Items of that expert starting before a cost: 24 full-tile items of 16, then items of 13.
+  EXPECT_EQ((expert_items_before<32, 32>(40, 24, 1)), 1);
+  EXPECT_EQ((expert_items_before<32, 32>(40, 24, 16)), 1);
+  EXPECT_EQ((expert_items_before<32, 32>(40, 24, 17)), 2);
+  EXPECT_EQ((expert_items_before<32, 32>(40, 24, 24 * 16 + 1)), 25);
+  EXPECT_EQ((expert_items_before<32, 32>(40, 24, 1 << 30)), 48);
+}
+
+// Cut by cost, the most loaded CTA carries at most one item more than its share, and never more
+// than with equal item counts: uniform routing at the h6144 T = 512 tiling (16 routes per expert
+// on average, 32-token tiles, 24 columns) and a skewed one.
+TEST(Nvfp4Schedule, CostSplitBalancesLiveGroups) {
+  constexpr int EL = 256, BM = 32, NS = 32, CT = 24, kCtas = 132;
+  std::mt19937_64 rng(std::random_device{}());
+  for (int skewed = 0; skewed < 2; ++skewed) {
+    std::vector<int> count(EL, 0);
+    std::discrete_distribution<int> pick = [&] {
+      std::vector<double> w(EL);
+      for (int e = 0; e < EL; ++e) w[e] = skewed ? 1.0 / std::pow(e + 1.0, 1.2) : 1.0;
+      return std::discrete_distribution<int>(w.begin(), w.end());
+    }();
+    for (int r = 0; r < 512 * 8; ++r) ++count[pick(rng)];
+    std::vector<int> prefix(EL + 1, 0);
+    for (int e = 0; e < EL; ++e) prefix[e + 1] = prefix[e] + (count[e] + BM - 1) / BM;
+    const int items = prefix[EL] * CT;
+    auto item_cost_at = [&](int item) {
+      const int t = item / CT, e = schedule_expert_of_tile<EL>(prefix.data(), t);
+      return item_cost<NS>(std::min(BM, count[e] - (t - prefix[e]) * BM));
+    };
+    long long total = 0, most = 0;
+    for (int i = 0; i < items; ++i) {
+      total += item_cost_at(i);
+      most = std::max(most, item_cost_at(i));
+    }
+    long long worst_equal = 0, worst_cost = 0;
+    for (int cta = 0; cta < kCtas; ++cta) {
+      const auto [lo, hi] = balanced_range<EL, BM, NS>(count, CT, items, cta, kCtas);
+      long long c = 0, ce = 0;
+      for (int i = lo; i < hi; ++i) c += item_cost_at(i);
+      const long long elo = 1LL * items * cta / kCtas, ehi = 1LL * items * (cta + 1) / kCtas;
+      for (long long i = elo; i < ehi; ++i) ce += item_cost_at(static_cast<int>(i));
+      EXPECT_LE(c, total / kCtas + most + 1) << "CTA " << cta << (skewed ? " skewed" : " uniform");
+      worst_cost = std::max(worst_cost, c);
+      worst_equal = std::max(worst_equal, ce);
+    }
+    EXPECT_LE(worst_cost, worst_equal) << (skewed ? "skewed" : "uniform");
+  }
 }
 
 // The paired token-tile layout: the decode side (paired_word_index) writes every element of a

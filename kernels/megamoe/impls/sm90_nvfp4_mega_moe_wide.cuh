@@ -229,6 +229,36 @@ MEGAMOE_DEVICE void fc2_store_from_registers(const Nvfp4MoeArgs& a, const S& s, 
   }
 }
 
+// The calling warp's (the producer's) item range [lo, hi) of one phase: ct items per tile, `items`
+// in all, cut by cost (nvfp4_pipe::items_starting_before; every CTA computes the same cut points,
+// so CTA k's hi is CTA k + 1's lo). Each lane sums 1 / 32 of the experts; a scan over the lanes
+// gives each lane its experts' starting cost.
+template <int EL, int BM, int NS>
+MEGAMOE_DEVICE void balanced_item_range(const int* count, int ct, int items, int cta, int nctas,
+                                        int& lo, int& hi) {
+  const int lane = threadIdx.x & 31;
+  constexpr int kPerLane = (EL + 31) / 32;
+  const int e0 = min(EL, lane * kPerLane), e1 = min(EL, e0 + kPerLane);
+  long long own = 0;
+  for (int e = e0; e < e1; ++e) own += nvfp4_pipe::expert_item_cost<BM, NS>(count[e], ct);
+  long long incl = own;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const long long v = __shfl_up_sync(0xFFFFFFFFu, incl, d);
+    if (lane >= d) incl += v;
+  }
+  const long long total = __shfl_sync(0xFFFFFFFFu, incl, 31);
+  auto start = [&](int k) {
+    int n = nvfp4_pipe::items_starting_before<BM, NS>(count, e0, e1, ct, incl - own,
+                                                      nvfp4_pipe::share_start(total, k, nctas));
+#pragma unroll
+    for (int d = 16; d > 0; d >>= 1) n += __shfl_xor_sync(0xFFFFFFFFu, n, d);
+    return min(n, items);
+  };
+  lo = start(cta);
+  hi = start(cta + 1);
+}
+
 }  // namespace nvfp4_wide
 
 // Warp roles: warps 0..15 are consumers (warp w: row group w of every 256-row unit); warp 16 is
@@ -312,20 +342,14 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
     // copies row group r's CK / 128 blocks (nibbles, scales), lane 16 the sub-tile's token chunk
     // (its live 8-token groups), once every consumer thread has released the stage's previous
     // contents. Before a phase's first token copy it waits for that phase's chunks.
-    // The CTA's item ranges (only the producer walks the schedule).
+    // The CTA's item ranges, cut by cost (only the producer walks the schedule).
     nvfp4_pipe::Schedule<EL, BM, NS, CT1, CT2> sched;
     sched.tile_prefix = s.tile_prefix;
     sched.count = s.count;
-    {
-      const u64 items[2] = {static_cast<u64>(total_tiles()) * CT1,
-                            static_cast<u64>(total_tiles()) * CT2};
-      const u64 cta = static_cast<u64>(cta_in_rank()), n = static_cast<u32>(a.ctas_per_rank);
-#pragma unroll
-      for (int ph = 0; ph < 2; ++ph) {
-        sched.lo[ph] = static_cast<int>(items[ph] * cta / n);
-        sched.hi[ph] = static_cast<int>(items[ph] * (cta + 1) / n);
-      }
-    }
+    balanced_item_range<EL, BM, NS>(s.count, CT1, total_tiles() * CT1, cta_in_rank(), nctas,
+                                    sched.lo[0], sched.hi[0]);
+    balanced_item_range<EL, BM, NS>(s.count, CT2, total_tiles() * CT2, cta_in_rank(), nctas,
+                                    sched.lo[1], sched.hi[1]);
     int stage = 0;
     u32 round = 0;
     int prev_tile = -1, e = 0, seq = 0, ready_phases = 0;

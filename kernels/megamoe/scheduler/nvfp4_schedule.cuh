@@ -101,4 +101,63 @@ struct Schedule {
   }
 };
 
+// ---- Cost-balanced item ranges (the wide kernel) ------------------------------------------
+// Equal item counts per CTA leave the grid barriers after FC1 and FC2 waiting on the CTAs whose
+// ranges fell on tiles with more live 8-token groups (ncu, run 75: ~5 % of h6144 T = 512 spent
+// there). CTA k's range instead starts where the running cost crosses k / n of the total. An item
+// (tile, column) costs, per token sub-tile of the tile, kSubTileCost for the weights it streams and
+// decodes plus one per live 8-token group: 13 / 14 / 15 / 16 for 1..4 groups, as the wide consume
+// loop's 130 / 139 / 154 / 161 instructions per weight block (SASS, eighth session).
+constexpr int kSubTileCost = 12;
+
+// Cost of one item of a tile with `live` routes (1..BM).
+template <int NS>
+MEGAMOE_SCHED_FN long long item_cost(int live) {
+  const int full = live / NS, rem = live % NS;
+  return static_cast<long long>(full) * (kSubTileCost + NS / 8) +
+         (rem > 0 ? kSubTileCost + (rem + 7) / 8 : 0);
+}
+
+// Cost of all items of an expert with `count` routes (ct items per tile).
+template <int BM, int NS>
+MEGAMOE_SCHED_FN long long expert_item_cost(int count, int ct) {
+  if (count <= 0) return 0;
+  const int tiles = (count + BM - 1) / BM;
+  return static_cast<long long>(ct) *
+         ((tiles - 1) * item_cost<NS>(BM) + item_cost<NS>(count - (tiles - 1) * BM));
+}
+
+// Items of an expert with `count` routes whose running cost (from the expert's first item) starts
+// before x.
+template <int BM, int NS>
+MEGAMOE_SCHED_FN int expert_items_before(int count, int ct, long long x) {
+  if (count <= 0 || x <= 0) return 0;
+  const int tiles = (count + BM - 1) / BM;
+  const long long wf = item_cost<NS>(BM);
+  const long long full = static_cast<long long>(tiles - 1) * ct * wf;
+  if (x <= full) return static_cast<int>((x + wf - 1) / wf);
+  const long long wl = item_cost<NS>(count - (tiles - 1) * BM);
+  const long long n = static_cast<long long>(tiles - 1) * ct + (x - full + wl - 1) / wl;
+  return static_cast<int>(n < static_cast<long long>(tiles) * ct ? n : tiles * ct);
+}
+
+// Experts [e0, e1), whose items start at running cost `before`: how many of their items start
+// before `target`. Summed over all experts this is the first item of the CTA whose share starts
+// at `target` (every item costs > 0, so the ranges of consecutive CTAs meet exactly).
+template <int BM, int NS>
+MEGAMOE_SCHED_FN int items_starting_before(const int* count, int e0, int e1, int ct,
+                                           long long before, long long target) {
+  int n = 0;
+  for (int e = e0; e < e1; ++e) {
+    n += expert_items_before<BM, NS>(count[e], ct, target - before);
+    before += expert_item_cost<BM, NS>(count[e], ct);
+  }
+  return n;
+}
+
+// Where CTA k of n starts when the total cost is `total`.
+MEGAMOE_SCHED_FN long long share_start(long long total, int k, int n) {
+  return total * k / n;
+}
+
 }  // namespace megamoe::device::nvfp4_pipe
