@@ -133,19 +133,22 @@ TEST(Nvfp4Schedule, PresetWidths) {
 
 // The cost model: per token sub-tile a fixed part and one per live 8-token group.
 TEST(Nvfp4Schedule, ItemCosts) {
-  EXPECT_EQ(item_cost<32>(1), 13);
-  EXPECT_EQ(item_cost<32>(8), 13);
-  EXPECT_EQ(item_cost<32>(9), 14);
-  EXPECT_EQ(item_cost<32>(32), 16);
-  EXPECT_EQ(item_cost<16>(40), 14 + 14 + 13);  // three sub-tiles of 16, 16, 8
-  EXPECT_EQ((expert_item_cost<32, 32>(40, 24)), 24 * (16 + 13));
+  constexpr long long f = kSubTileCost;
+  EXPECT_EQ(item_cost<32>(1), f + 1);
+  EXPECT_EQ(item_cost<32>(8), f + 1);
+  EXPECT_EQ(item_cost<32>(9), f + 2);
+  EXPECT_EQ(item_cost<32>(32), f + 4);
+  EXPECT_EQ(item_cost<16>(40), 3 * f + 2 + 2 + 1);  // three sub-tiles of 16, 16, 8
+  EXPECT_EQ((expert_item_cost<32, 32>(40, 24)), 24 * (2 * f + 5));
   EXPECT_EQ((expert_item_cost<32, 32>(0, 24)), 0);
-  // Items of that expert starting before a cost: 24 full-tile items of 16, then items of 13.
+  // Items of that expert starting before a cost: 24 full-tile items of f + 4, then items of f + 1.
   EXPECT_EQ((expert_items_before<32, 32>(40, 24, 1)), 1);
-  EXPECT_EQ((expert_items_before<32, 32>(40, 24, 16)), 1);
-  EXPECT_EQ((expert_items_before<32, 32>(40, 24, 17)), 2);
-  EXPECT_EQ((expert_items_before<32, 32>(40, 24, 24 * 16 + 1)), 25);
+  EXPECT_EQ((expert_items_before<32, 32>(40, 24, f + 4)), 1);
+  EXPECT_EQ((expert_items_before<32, 32>(40, 24, f + 5)), 2);
+  EXPECT_EQ((expert_items_before<32, 32>(40, 24, 24 * (f + 4) + 1)), 25);
+  EXPECT_EQ((expert_items_before<32, 32>(40, 24, 24 * (f + 4) + f + 2)), 26);
   EXPECT_EQ((expert_items_before<32, 32>(40, 24, 1 << 30)), 48);
+  EXPECT_EQ((expert_items_before<32, 32>(0, 24, 1 << 30)), 0);
 }
 
 // Cut by cost, the most loaded CTA carries at most one item more than its share, and never more

@@ -106,9 +106,11 @@ struct Schedule {
 // ranges fell on tiles with more live 8-token groups (ncu, run 75: ~5 % of h6144 T = 512 spent
 // there). CTA k's range instead starts where the running cost crosses k / n of the total. An item
 // (tile, column) costs, per token sub-tile of the tile, kSubTileCost for the weights it streams and
-// decodes plus one per live 8-token group: 13 / 14 / 15 / 16 for 1..4 groups, as the wide consume
-// loop's 130 / 139 / 154 / 161 instructions per weight block (SASS, eighth session).
-constexpr int kSubTileCost = 12;
+// decodes plus one per live 8-token group. The consume loop's instructions per weight block (130 /
+// 139 / 154 / 161 for 1..4 groups) would say 12, but time grows faster with the groups than the
+// instructions (the MMAs of more groups hold the tensor pipe, epilogues scale with the tokens):
+// measured side by side, 6 beat 12 and 24 (run 77; -2 % at h6144 T = 512 uniform, -5 % zipf).
+constexpr int kSubTileCost = 6;
 
 // Cost of one item of a tile with `live` routes (1..BM).
 template <int NS>
