@@ -1,9 +1,10 @@
 #pragma once
-// Work units of the pipelined SM90 NVFP4 MegaMoE kernel (sm90_nvfp4_mega_moe_pipelined.cuh),
+// Work units of the pipelined and wide SM90 NVFP4 MegaMoE kernels (sm90_nvfp4_mega_moe_*.cuh),
 // host-compilable so that tests/cpu/test_nvfp4_schedule.cpp can walk every CTA's units.
 //
 // Each phase has items (expert tile, column tile): FC1 columns = 32 intermediate columns, FC2
-// columns = 64 hidden rows. A CTA owns the contiguous item range [lo, hi) of each phase and runs
+// columns = 64 hidden rows. A CTA owns the contiguous item range [lo, hi) of each phase (equal
+// item counts in the pipelined kernel; the wide kernel cuts the ranges by cost, below) and runs
 // it as units (tile, token sub-tile, column), tile-major, so that the token sub-tile in shared
 // memory is decoded once and reused by every column of that tile the CTA owns.
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
