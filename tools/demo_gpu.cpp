@@ -26,14 +26,8 @@ namespace megamoe::tool {
 namespace {
 
 using runtime::DeviceBuffer;
+using runtime::upload;
 const Device kGpu{DeviceKind::cuda, 0};
-
-template <class T>
-DeviceBuffer upload(const std::vector<T>& v) {
-  DeviceBuffer b(v.size() * sizeof(T));
-  b.copy_from_host(std::as_bytes(std::span<const T>(v)));
-  return b;
-}
 
 // The layer's weights on the device in kernel layout, made from checkpoint-layout tensors.
 std::unique_ptr<runtime::Nvfp4KernelWeightStorage> load_weights(

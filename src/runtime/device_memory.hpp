@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 namespace megamoe::runtime {
 
@@ -37,6 +38,18 @@ class DeviceBuffer {
   CUdeviceptr ptr_ = 0;
   std::size_t bytes_ = 0;
 };
+
+// A device buffer holding a copy of `host` (synchronous).
+template <typename T, std::size_t N>
+DeviceBuffer upload(std::span<T, N> host) {
+  DeviceBuffer b(host.size_bytes());
+  b.copy_from_host(std::as_bytes(host));
+  return b;
+}
+template <typename T>
+DeviceBuffer upload(const std::vector<T>& host) {
+  return upload(std::span<const T>(host));
+}
 
 class Stream {
  public:

@@ -58,13 +58,6 @@ void fill(const DeviceBuffer& b, std::uint64_t seed, bool scale_bytes, CUstream 
   launch_kernel(fill_function(), cfg, p, n, s, mode);
 }
 
-template <class T>
-DeviceBuffer upload(std::span<const T> host) {
-  DeviceBuffer b(host.size_bytes());
-  b.copy_from_host(std::as_bytes(host));
-  return b;
-}
-
 // Distinct, exactly representable per-expert global scales: (1 + j/8) / 512, j = global
 // expert id mod 5; fc2 input scale 2^-9.
 std::vector<float> global_scales(std::int64_t first_expert, std::int64_t experts) {
@@ -117,9 +110,9 @@ EpNvfp4Ranks::EpNvfp4Ranks(const EpNvfp4Setup& setup, const SymmBuffer& buffer)
     const std::vector<float> g13 = global_scales(r * el, el);
     const std::vector<float> g2 = global_scales(r * el + 2, el);
     const std::vector<float> fc2s(static_cast<std::size_t>(el), 1.0f / 512.0f);
-    DeviceBuffer dg13 = upload(std::span<const float>(g13));
-    DeviceBuffer dg2 = upload(std::span<const float>(g2));
-    DeviceBuffer dfc2s = upload(std::span<const float>(fc2s));
+    DeviceBuffer dg13 = upload(g13);
+    DeviceBuffer dg2 = upload(g2);
+    DeviceBuffer dfc2s = upload(fc2s);
 
     Nvfp4CheckpointWeights in;
     in.w13 = TensorView::contiguous(w13.as<void>(), DType::e2m1x2, {el, 2 * i, h / 2}, kGpu);
@@ -157,7 +150,7 @@ void EpNvfp4Ranks::set_tokens(std::int64_t tokens) {
     const std::int64_t r = rk->rank;
     const std::vector<std::uint16_t> xb = reference::to_bf16_bits(
         std::span<const float>(inputs_.x.data() + r * t * h, static_cast<std::size_t>(t * h)));
-    rk->x = upload(std::span<const std::uint16_t>(xb));
+    rk->x = upload(xb);
     rk->ids = upload(std::span<const std::int64_t>(inputs_.topk_idx.data() + r * t * k,
                                                    static_cast<std::size_t>(t * k)));
     rk->weights = upload(std::span<const float>(inputs_.topk_weights.data() + r * t * k,

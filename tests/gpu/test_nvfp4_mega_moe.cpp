@@ -44,6 +44,7 @@ namespace megamoe {
 namespace {
 
 using runtime::DeviceBuffer;
+using runtime::upload;
 
 enum class Routing { uniform, masked, one_expert, zipf };
 
@@ -76,13 +77,6 @@ MoEConfig config_of(const Case& c) {
   m.activation.clamp = c.clamp;
   m.fp8_combine = c.fp8_combine;
   return m;
-}
-
-template <class T>
-DeviceBuffer upload(const T* data, std::size_t n) {
-  DeviceBuffer b(n * sizeof(T));
-  b.copy_from_host(std::as_bytes(std::span<const T>(data, n)));
-  return b;
 }
 
 const Device kGpu{DeviceKind::cuda, 0};
@@ -119,13 +113,13 @@ void make_rank_weights(const Case& c, const MoEConfig& cfg, const reference::Qua
       maybe_swizzle(slice(w.w13.scales, 2 * i * h / 16), el, 2 * i, h / 16, c.swizzled);
   const auto w2 = slice(w.w2.packed, h * i / 2);
   const auto s2 = maybe_swizzle(slice(w.w2.scales, h * i / 16), el, h, i / 16, c.swizzled);
-  rw.w13 = upload(w13.data(), w13.size());
-  rw.w13_sf = upload(s13.data(), s13.size());
-  rw.w2 = upload(w2.data(), w2.size());
-  rw.w2_sf = upload(s2.data(), s2.size());
-  rw.g13 = upload(w.w13.global_scales.data() + e0, static_cast<std::size_t>(el));
-  rw.g2 = upload(w.w2.global_scales.data() + e0, static_cast<std::size_t>(el));
-  rw.fc2s = upload(fc2_scale.data() + e0, static_cast<std::size_t>(el));
+  rw.w13 = upload(w13);
+  rw.w13_sf = upload(s13);
+  rw.w2 = upload(w2);
+  rw.w2_sf = upload(s2);
+  rw.g13 = upload(std::span(w.w13.global_scales.data() + e0, static_cast<std::size_t>(el)));
+  rw.g2 = upload(std::span(w.w2.global_scales.data() + e0, static_cast<std::size_t>(el)));
+  rw.fc2s = upload(std::span(fc2_scale.data() + e0, static_cast<std::size_t>(el)));
 
   Nvfp4CheckpointWeights in;
   in.w13 = TensorView::contiguous(rw.w13.as<void>(), DType::e2m1x2, {el, 2 * i, h / 2}, kGpu);
@@ -210,9 +204,11 @@ struct Harness {
       weight_views.push_back(weights[static_cast<std::size_t>(r)].kernel->view);
       const std::vector<std::uint16_t> xb = reference::to_bf16_bits(
           std::span<const float>(inputs.x.data() + r * t * h, static_cast<std::size_t>(t * h)));
-      x.push_back(upload(xb.data(), xb.size()));
-      ids.push_back(upload(inputs.topk_idx.data() + r * t * k, static_cast<std::size_t>(t * k)));
-      tw.push_back(upload(inputs.topk_weights.data() + r * t * k, static_cast<std::size_t>(t * k)));
+      x.push_back(upload(xb));
+      ids.push_back(
+          upload(std::span(inputs.topk_idx.data() + r * t * k, static_cast<std::size_t>(t * k))));
+      tw.push_back(upload(
+          std::span(inputs.topk_weights.data() + r * t * k, static_cast<std::size_t>(t * k))));
       outs.emplace_back(static_cast<std::size_t>(t * h * 2));
     }
     for (int r = 0; r < c.ranks; ++r) {

@@ -26,6 +26,7 @@ namespace megamoe {
 namespace {
 
 using runtime::DeviceBuffer;
+using runtime::upload;
 
 constexpr unsigned char kPoison = 0xA5;
 
@@ -283,13 +284,6 @@ struct DeviceInputs {
   DeviceBuffer x, ids, weights, scales;
   PreDispatchInputs view;
 };
-
-template <typename T>
-DeviceBuffer upload(const std::vector<T>& v) {
-  DeviceBuffer b(v.size() * sizeof(T));
-  b.copy_from_host(std::as_bytes(std::span<const T>(v)));
-  return b;
-}
 
 DeviceInputs to_device(const Case& c, const HostInputs& in, int rank) {
   DeviceInputs d;
