@@ -104,7 +104,7 @@ struct Schedule {
 
 // ---- Cost-balanced item ranges (the wide kernel) ------------------------------------------
 // Equal item counts per CTA leave the grid barriers after FC1 and FC2 waiting on the CTAs whose
-// ranges fell on tiles with more live 8-token groups (ncu, run 75: ~5 % of h6144 T = 512 spent
+// ranges fell on tiles with more live 8-token groups (ncu, run 75: ~8 % of h6144 T = 512 spent
 // there). CTA k's range instead starts where the running cost crosses k / n of the total. An item
 // (tile, column) costs, per token sub-tile of the tile, kSubTileCost for the weights it streams and
 // decodes plus one per live 8-token group. The consume loop's instructions per weight block (130 /
