@@ -5,7 +5,10 @@
 #include <algorithm>
 #include <atomic>
 #include <charconv>
+#include <cstdlib>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "core/buffer_plan_detail.hpp"
 #include "core/heuristics_state.hpp"
@@ -47,6 +50,18 @@ bool wide_tiles_of_32(const MoEConfig& c) {
   return plan_has_token_f16(c) && (whole(384) || whole(512));
 }
 
+// MEGAMOE_BLOCK_M=8|16|32|64|128 forces one BLOCK_M at every token count: a tuning override that
+// lets one build measure the table's choices side by side. The plan (pool rows, reachable
+// kernels) and the launch read it alike, so it must be set before the buffer is planned.
+std::optional<int> forced_block_m() {
+  const char* v = std::getenv("MEGAMOE_BLOCK_M");
+  if (v == nullptr || *v == '\0') return std::nullopt;
+  for (int bm : {8, 16, 32, 64, 128}) {
+    if (std::string_view(v) == std::to_string(bm)) return bm;
+  }
+  throw_invalid("MEGAMOE_BLOCK_M", "must be 8, 16, 32, 64 or 128 (or unset)", v);
+}
+
 }  // namespace
 
 int get_block_m_for_mega_moe(const MoEConfig& config, std::int64_t num_tokens_per_rank) {
@@ -57,6 +72,7 @@ int get_block_m_for_mega_moe(const MoEConfig& config, std::int64_t num_tokens_pe
         "must be in [1, max_tokens_per_rank = " + std::to_string(config.max_tokens_per_rank) + "]",
         std::to_string(num_tokens_per_rank));
   }
+  if (const std::optional<int> forced = forced_block_m()) return *forced;
   const std::int64_t routes = global_routes(config, num_tokens_per_rank);
   for (std::size_t i = 0; i + 1 < kNumRegimes; ++i) {
     if (routes <= kExpectedTokenLimits[i] * config.shape.num_experts) {

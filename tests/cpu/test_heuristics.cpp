@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "core/heuristics_state.hpp"
+#include "jit_test_support.hpp"
+#include "megamoe/buffer.hpp"
 #include "megamoe/heuristics.hpp"
 #include "validation_test_support.hpp"
 
@@ -105,6 +107,33 @@ TEST(Heuristics, BlockMTokenRange) {
                  "must be in [1, max_tokens_per_rank = 128]");
   EXPECT_INVALID(get_block_m_for_mega_moe(c, 129), "num_tokens_per_rank",
                  "must be in [1, max_tokens_per_rank = 128]");
+}
+
+// MEGAMOE_BLOCK_M forces one BLOCK_M at every token count, for the plan and the launch alike;
+// anything but the five tile sizes is rejected by name before anything is planned.
+TEST(Heuristics, BlockMOverride) {
+  const MoEConfig c = config(256, 1, 8, 512);
+  const std::int64_t default_pool_rows = plan_symm_buffer(c).pool_rows;
+  {
+    test::ScopedEnv forced("MEGAMOE_BLOCK_M", "128");
+    EXPECT_EQ(get_block_m_for_mega_moe(c, 1), 128);
+    EXPECT_EQ(get_block_m_for_mega_moe(c, 512), 128);
+    EXPECT_EQ(reachable_block_ms(c), std::vector<int>{128});
+    EXPECT_EQ(block_m_regime_ends(c), std::vector<std::int64_t>{512});
+    // Every expert may now pad to 128 rows: the pools grow with it.
+    EXPECT_GT(plan_symm_buffer(c).pool_rows, default_pool_rows);
+  }
+  EXPECT_EQ(get_block_m_for_mega_moe(c, 1), 8);
+  {
+    test::ScopedEnv empty("MEGAMOE_BLOCK_M", "");
+    EXPECT_EQ(get_block_m_for_mega_moe(c, 1), 8);
+  }
+  for (const char* bad : {"24", "0", "16 ", "x"}) {
+    test::ScopedEnv forced("MEGAMOE_BLOCK_M", bad);
+    EXPECT_INVALID(get_block_m_for_mega_moe(c, 1), "MEGAMOE_BLOCK_M",
+                   "must be 8, 16, 32, 64 or 128");
+    EXPECT_INVALID(plan_symm_buffer(c), "MEGAMOE_BLOCK_M", "must be 8, 16, 32, 64 or 128");
+  }
 }
 
 TEST(Heuristics, BlockMValidatesConfig) {
