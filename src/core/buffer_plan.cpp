@@ -123,6 +123,18 @@ std::int64_t worst_case_pool_rows(const MoEConfig& c, std::int64_t t, int bm) {
   return tiles * bm;
 }
 
+void check_pools_fit(const SymmBufferPlan& plan, std::int64_t t, int bm) {
+  const std::int64_t need = worst_case_pool_rows(plan.config, t, bm);
+  if (need > plan.pool_rows) {
+    throw_invalid("MEGAMOE_BLOCK_M",
+                  "must be what the buffer was planned with: BLOCK_M " + std::to_string(bm) +
+                      " at " + std::to_string(t) + " tokens per rank may pad to " +
+                      std::to_string(need) + " pool rows, the plan has " +
+                      std::to_string(plan.pool_rows),
+                  std::to_string(bm));
+  }
+}
+
 SymmBufferPlan plan_symm_buffer(const MoEConfig& config) {
   validate::validate_config(config);
   const MoEConfig& c = config;

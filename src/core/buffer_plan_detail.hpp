@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "megamoe/buffer.hpp"
 #include "megamoe/config.hpp"
 
 namespace megamoe {
@@ -19,5 +20,10 @@ bool plan_has_token_f16(const MoEConfig& config);
 
 // The most padded pool rows t live tokens per rank can need with token tile bm.
 std::int64_t worst_case_pool_rows(const MoEConfig& config, std::int64_t t, int bm);
+
+// Before a launch of t live tokens per rank with token tile bm: the plan's pools hold its worst
+// case. Always true for the BLOCK_M the plan saw (the heuristic); an InvalidArgument naming
+// MEGAMOE_BLOCK_M when that override changed after the buffer was planned.
+void check_pools_fit(const SymmBufferPlan& plan, std::int64_t t, int bm);
 
 }  // namespace megamoe

@@ -11,6 +11,7 @@
 #include <string>
 #include <utility>
 
+#include "core/buffer_plan_detail.hpp"
 #include "core/validate.hpp"
 #include "jit/compiler.hpp"
 #include "megamoe/error.hpp"
@@ -126,6 +127,7 @@ void nvfp4_mega_moe(const SymmBuffer& buffer, std::span<const Nvfp4KernelWeights
   std::int64_t tokens = 1;
   for (const Nvfp4MoEOutputs& o : outputs) tokens = std::max(tokens, o.out.size(0));
   const int block_m = get_block_m_for_mega_moe(c, tokens);
+  check_pools_fit(buffer.plan, tokens, block_m);
   if (runtime::nvfp4_kernel_version(c, block_m) == runtime::Nvfp4KernelVersion::wide &&
       buffer.plan.pool_rows * (std::max(c.shape.hidden, c.shape.intermediate) / 16) >
           std::numeric_limits<std::int32_t>::max()) {

@@ -282,6 +282,21 @@ TEST(BufferPlan, TokenF16HoldsEveryChunkLayout) {
   }
 }
 
+// A launch's BLOCK_M must fit the pools the plan sized: always so under the heuristic (every token
+// count, its BLOCK_M), not when MEGAMOE_BLOCK_M changed after planning.
+TEST(BufferPlan, LaunchBlockMMustFitThePools) {
+  MoEConfig c;
+  c.shape = find_preset("dsv4-flash").shape;
+  c.num_ranks = 2;
+  c.max_tokens_per_rank = 512;
+  const SymmBufferPlan plan = plan_symm_buffer(c);
+  for (std::int64_t t = 1; t <= c.max_tokens_per_rank; ++t) {
+    EXPECT_NO_THROW(check_pools_fit(plan, t, get_block_m_for_mega_moe(c, t))) << "t = " << t;
+  }
+  EXPECT_INVALID(check_pools_fit(plan, c.max_tokens_per_rank, 128), "MEGAMOE_BLOCK_M",
+                 "must be what the buffer was planned with");
+}
+
 TEST(BufferPlan, RegionLookup) {
   MoEConfig c;
   c.shape = {512, 256, 8, 2};
