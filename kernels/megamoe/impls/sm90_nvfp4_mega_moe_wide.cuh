@@ -105,7 +105,7 @@ MEGAMOE_DEVICE void decode_token_chunks(u8* scratch, const S& s, int total_tiles
       lo[m] = hi[m] = sc[m] = 0;
       if (u < items) {
         const int e = nvfp4_pipe::schedule_expert_of_tile<EL>(s.tile_prefix, tileg);
-        const int live = min(BM, s.count[e] - (tileg - s.tile_prefix[e]) * BM);
+        const int live = nvfp4_pipe::tile_live<BM>(s.count, s.tile_prefix, e, tileg);
         state[m] = i < live ? 2 : i < ((live + 7) & ~7) ? 1 : 0;
         if (state[m] == 2) src(row, b, lo[m], hi[m], sc[m]);
       }
@@ -369,7 +369,7 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
         prev_tile = u.tileg;
       }
       tokens_ready(u.phase);
-      const int live = min(BM, s.count[e] - (u.tileg - s.tile_prefix[e]) * BM);
+      const int live = nvfp4_pipe::tile_live<BM>(s.count, s.tile_prefix, e, u.tileg);
       const int rows = (min(NS, live - u.sub * NS) + 7) & ~7;
       const u32 token_bytes = static_cast<u32>(rows * C::kRowBytes);
       const int nb = u.phase == 0 ? H / 128 : I / 128;  // blocks per row group
@@ -522,7 +522,7 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
     return nvfp4_pipe::schedule_expert_of_tile<EL>(s.tile_prefix, u.tileg);
   };
   auto live_of = [&](const Unit& u, int e) {
-    return min(BM, s.count[e] - (u.tileg - s.tile_prefix[e]) * BM);
+    return nvfp4_pipe::tile_live<BM>(s.count, s.tile_prefix, e, u.tileg);
   };
 
   // ---- phase 1: FC1 + activation + re-quantization ----------------------------------------

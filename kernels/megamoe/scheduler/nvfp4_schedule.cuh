@@ -31,6 +31,13 @@ MEGAMOE_SCHED_FN int schedule_expert_of_tile(const int* tile_prefix, int tileg) 
   return lo;
 }
 
+// Live routes (1..BM) of global tile `tileg`, a tile of expert e.
+template <int BM>
+MEGAMOE_SCHED_FN int tile_live(const int* count, const int* tile_prefix, int e, int tileg) {
+  const int n = count[e] - (tileg - tile_prefix[e]) * BM;
+  return n < BM ? n : BM;
+}
+
 // Token tile layout of the pipelined kernel (rows of f16, one row per token): within each group
 // of 64 k, the B fragment registers {b0, b1} of two consecutive k16 steps of lane quad t are 16
 // contiguous bytes, so one 16-byte shared load feeds two MMAs. Element k of a group (step
@@ -74,9 +81,8 @@ struct Schedule {
   MEGAMOE_SCHED_FN int lo_of(int ph) const { return ph == 0 ? lo[0] : lo[1]; }
   MEGAMOE_SCHED_FN int hi_of(int ph) const { return ph == 0 ? hi[0] : hi[1]; }
   MEGAMOE_SCHED_FN int live(int tileg) const {
-    const int e = schedule_expert_of_tile<EL>(tile_prefix, tileg);
-    const int n = count[e] - (tileg - tile_prefix[e]) * BM;
-    return n < BM ? n : BM;
+    return tile_live<BM>(count, tile_prefix, schedule_expert_of_tile<EL>(tile_prefix, tileg),
+                         tileg);
   }
   MEGAMOE_SCHED_FN Unit first(int ph) const {
     for (; ph < 2; ++ph) {
