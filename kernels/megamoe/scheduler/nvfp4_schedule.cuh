@@ -116,8 +116,10 @@ struct Schedule {
 // decodes plus one per live 8-token group. The consume loop's instructions per weight block (130 /
 // 139 / 154 / 161 for 1..4 groups) would say 12, but time grows faster with the groups than the
 // instructions (the MMAs of more groups hold the tensor pipe, epilogues scale with the tokens):
-// measured side by side, 6 beat 12 and 24 (run 77; -2 % at h6144 T = 512 uniform, -5 % zipf).
-constexpr int kSubTileCost = 6;
+// measured side by side, 6 beat 12 and 24 (run 77; -2 % at h6144 T = 512 uniform, -5 % zipf), and
+// once the consumers took each unit's expert from the producer, 4 beat 6 (runs 79, 80: -1 to -3 %
+// at h6144 T = 384..682, mostly level at dsv4-flash).
+constexpr int kSubTileCost = 4;
 
 // Cost of one item of a tile with `live` routes (1..BM).
 template <int NS>
