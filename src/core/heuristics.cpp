@@ -7,6 +7,7 @@
 #include <charconv>
 #include <cstdlib>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -19,15 +20,31 @@ namespace megamoe {
 namespace {
 
 // Swap-AB decode kernels put tokens on the MMA N side, so the token tile can be as small as
-// the smallest wgmma N (8). Row i: BLOCK_M = kBlockMs[i] while the expected tokens per expert
-// t*R*K/E is <= kExpectedTokenLimits[i]; the last tile covers everything above. The 16 tile
-// has two rows: the upper one (12..16 tokens per expert) may take 32 (wide_tiles_of_32).
-constexpr int kBlockMs[] = {8, 16, 16, 32, 64, 128};
-constexpr std::int64_t kExpectedTokenLimits[] = {8, 12, 16, 32, 64};
-constexpr std::size_t kUpper16Regime = 2;
-static_assert(kBlockMs[kUpper16Regime] == 16 && kBlockMs[kUpper16Regime - 1] == 16);
-constexpr std::size_t kNumRegimes = std::size(kBlockMs);
-static_assert(std::size(kExpectedTokenLimits) + 1 == kNumRegimes);
+// the smallest wgmma N (8). A regime table: BLOCK_M = block_m of the first row whose
+// max_expected_tokens is >= the expected tokens per expert t*R*K/E; above the last row
+// kLargestBlockM.
+struct Regime {
+  std::int64_t max_expected_tokens;
+  int block_m;
+};
+constexpr int kLargestBlockM = 128;
+
+// Where the wide NVFP4 kernel runs 32-token sub-tiles with 384-k or 512-k stages (wide_tiles_of_32,
+// below), measured side by side at both presets (runs 80, 81, bench/NOTES.md "Tenth session"):
+// - 8 (the pipelined kernel) only up to 3 tokens per expert: it wins by ~1 % there (dsv4-flash
+//   T = 128, h6144 T = 96), ties at 3.75 and loses from 4 on (16 takes 1 % less time at h6144
+//   T = 128, 11 % at T = 192 (6 per expert), 23 % at T = 256 (8)): each further 8-token tile of an
+//   expert streams and decodes its weights again, where the wide kernel's 16-token tile does it
+//   once;
+// - 16 up to 8 per expert (uniform: 1-3 % ahead of 32 at 4..8, level at 10, behind from 12);
+// - 32 above 8 up to 32 (12 per expert: -4 % uniform, -9 % zipf1.2 against 16). Skewed routing
+//   favours the larger tiles everywhere (zipf1.2: 16 beats 8 from ~1.5 per expert, 32 beats 16
+//   from ~2); the table follows uniform routing, whose expected count it is.
+constexpr Regime kWideRegimes[] = {{3, 8}, {8, 16}, {32, 32}, {64, 64}};
+// Elsewhere (FP8 combine, side-LoRA, H or I not a multiple of 384 or 512): the table the pipelined
+// kernel was tuned with; the wide kernel's 256-k stages there stream at ~0.75x the rate of 512-k
+// ones (run 57), so its earlier edges are not assumed to carry over.
+constexpr Regime kPlainRegimes[] = {{8, 8}, {16, 16}, {32, 32}, {64, 64}};
 
 std::atomic<int> g_pinned_num_sms{0};
 
@@ -37,17 +54,17 @@ std::int64_t global_routes(const MoEConfig& c, std::int64_t t) {
   return t * c.num_ranks * c.shape.top_k;
 }
 
-// The wide NVFP4 kernel (the default from BLOCK_M 16 on) streams an expert's weights once per
-// tile. With 12..16 expected tokens per expert many experts get more than 16, and a tile of 32
-// covers what two of 16 did -- where its 32-token sub-tiles run with stages of 384 or 512 k (H and
-// I multiples of either; 256-k stages stream slower): dsv4-flash T = 682 (16 per expert) 1544 us
-// with 32 against 1829 us with 16 in one run. At 12 per expert (dsv4-flash T = 512) 32 lost to
-// 16: +1 % uniform, +10 % zipf1.2 (bench/NOTES.md, "v15").
+// The wide NVFP4 kernel (the default from BLOCK_M 16 on) with stages of 384 or 512 k beside
+// 32-token sub-tiles (H and I multiples of either; 256-k stages stream slower).
 bool wide_tiles_of_32(const MoEConfig& c) {
   const auto whole = [&](int k) {
     return c.shape.hidden % k == 0 && c.shape.intermediate % k == 0;
   };
   return plan_has_token_f16(c) && (whole(384) || whole(512));
+}
+
+std::span<const Regime> regimes_of(const MoEConfig& c) {
+  return wide_tiles_of_32(c) ? kWideRegimes : kPlainRegimes;
 }
 
 // MEGAMOE_BLOCK_M=8|16|32|64|128 forces one BLOCK_M at every token count: a tuning override that
@@ -74,26 +91,24 @@ int get_block_m_for_mega_moe(const MoEConfig& config, std::int64_t num_tokens_pe
   }
   if (const std::optional<int> forced = forced_block_m()) return *forced;
   const std::int64_t routes = global_routes(config, num_tokens_per_rank);
-  for (std::size_t i = 0; i + 1 < kNumRegimes; ++i) {
-    if (routes <= kExpectedTokenLimits[i] * config.shape.num_experts) {
-      return i == kUpper16Regime && wide_tiles_of_32(config) ? 32 : kBlockMs[i];
-    }
+  for (const Regime& r : regimes_of(config)) {
+    if (routes <= r.max_expected_tokens * config.shape.num_experts) return r.block_m;
   }
-  return kBlockMs[kNumRegimes - 1];
+  return kLargestBlockM;
 }
 
 std::vector<std::int64_t> block_m_regime_ends(const MoEConfig& config) {
   validate::validate_config(config);
   std::vector<std::int64_t> ends;
   const std::int64_t per_token = std::int64_t{config.num_ranks} * config.shape.top_k;
-  for (std::int64_t limit : kExpectedTokenLimits) {
+  for (const Regime& r : regimes_of(config)) {
     // Largest t with t * R * K <= limit * E.
-    const std::int64_t t = limit * config.shape.num_experts / per_token;
+    const std::int64_t t = r.max_expected_tokens * config.shape.num_experts / per_token;
     if (t >= 1 && t < config.max_tokens_per_rank) ends.push_back(t);
   }
   ends.push_back(config.max_tokens_per_rank);
   ends.erase(std::unique(ends.begin(), ends.end()), ends.end());
-  // Adjacent regimes of one BLOCK_M (16 taken as 32, above) are one regime.
+  // Adjacent regimes of one BLOCK_M are one regime.
   std::vector<std::int64_t> merged;
   for (std::size_t i = 0; i + 1 < ends.size(); ++i) {
     if (get_block_m_for_mega_moe(config, ends[i]) !=

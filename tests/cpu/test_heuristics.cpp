@@ -17,8 +17,8 @@ namespace {
 
 MoEConfig config(std::int64_t e, int r, int k, std::int64_t t_max) {
   MoEConfig c;
-  // H and I multiples of 256 but not of 384 or 512: the plain regime table (no 32-token tiles in
-  // place of 16, see BlockMWideKernelTakes32For16).
+  // H and I multiples of 256 but not of 384 or 512: the plain regime table (see
+  // BlockMWideKernelTable for the other).
   c.shape = {1280, 768, e, k};
   c.num_ranks = r;
   c.max_tokens_per_rank = t_max;
@@ -68,36 +68,43 @@ TEST(Heuristics, BlockMTable) {
 }
 
 // Where the wide NVFP4 kernel runs 32-token sub-tiles with 384-k or 512-k stages (H and I
-// multiples of 384 or of 512, bf16 combine), the upper half of the 16 regime (12..16 expected
-// tokens per expert) takes 32; elsewhere (FP8 combine, 256-k stages only) 16.
-TEST(Heuristics, BlockMWideKernelTakes32For16) {
+// multiples of 384 or of 512, bf16 combine): 8 up to 3 expected tokens per expert, 16 up to 8, 32
+// up to 32; elsewhere (FP8 combine, 256-k stages only) the plain table above.
+TEST(Heuristics, BlockMWideKernelTable) {
   MoEConfig c = config(256, 1, 8, 8192);  // 1/32 expected tokens per expert per token
   for (auto [h, inter] : {std::pair{6144, 3072}, std::pair{4096, 2048}}) {
     c.shape.hidden = h;
     c.shape.intermediate = inter;
-    EXPECT_EQ(get_block_m_for_mega_moe(c, 256), 8);
-    EXPECT_EQ(get_block_m_for_mega_moe(c, 257), 16);
-    EXPECT_EQ(get_block_m_for_mega_moe(c, 384), 16);
-    EXPECT_EQ(get_block_m_for_mega_moe(c, 385), 32);
-    EXPECT_EQ(get_block_m_for_mega_moe(c, 512), 32);
+    EXPECT_EQ(get_block_m_for_mega_moe(c, 1), 8);
+    EXPECT_EQ(get_block_m_for_mega_moe(c, 96), 8);
+    EXPECT_EQ(get_block_m_for_mega_moe(c, 97), 16);
+    EXPECT_EQ(get_block_m_for_mega_moe(c, 256), 16);
+    EXPECT_EQ(get_block_m_for_mega_moe(c, 257), 32);
     EXPECT_EQ(get_block_m_for_mega_moe(c, 1024), 32);
     EXPECT_EQ(get_block_m_for_mega_moe(c, 1025), 64);
+    EXPECT_EQ(get_block_m_for_mega_moe(c, 2049), 128);
     EXPECT_EQ(reachable_block_ms(c), (std::vector<int>{8, 16, 32, 64, 128}));
-    EXPECT_EQ(block_m_regime_ends(c), (std::vector<std::int64_t>{256, 384, 1024, 2048, 8192}));
+    EXPECT_EQ(block_m_regime_ends(c), (std::vector<std::int64_t>{96, 256, 1024, 2048, 8192}));
   }
-  // dsv4-flash at T = 512 (top-6): 12 expected tokens per expert, 16.
+  // dsv4-flash (top-6): T = 128 is 3 expected tokens per expert (8), T = 512 is 12 (32).
   c.shape.top_k = 6;
-  EXPECT_EQ(get_block_m_for_mega_moe(c, 512), 16);
-  EXPECT_EQ(get_block_m_for_mega_moe(c, 513), 32);
+  EXPECT_EQ(get_block_m_for_mega_moe(c, 128), 8);
+  EXPECT_EQ(get_block_m_for_mega_moe(c, 129), 16);
+  EXPECT_EQ(get_block_m_for_mega_moe(c, 341), 16);
+  EXPECT_EQ(get_block_m_for_mega_moe(c, 342), 32);
+  EXPECT_EQ(get_block_m_for_mega_moe(c, 512), 32);
   c.shape.top_k = 8;
   c.fp8_combine = true;
+  EXPECT_EQ(get_block_m_for_mega_moe(c, 97), 8);
   EXPECT_EQ(get_block_m_for_mega_moe(c, 512), 16);
   EXPECT_EQ(block_m_regime_ends(c), (std::vector<std::int64_t>{256, 512, 1024, 2048, 8192}));
   c.fp8_combine = false;
   c.shape.hidden = 1280;
   c.shape.intermediate = 768;
+  EXPECT_EQ(get_block_m_for_mega_moe(c, 97), 8);
   EXPECT_EQ(get_block_m_for_mega_moe(c, 512), 16);
   c.shape.hidden = 1536;
+  EXPECT_EQ(get_block_m_for_mega_moe(c, 97), 16);
   EXPECT_EQ(get_block_m_for_mega_moe(c, 512), 32);
 }
 

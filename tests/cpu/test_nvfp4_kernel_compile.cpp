@@ -95,12 +95,13 @@ TEST(Nvfp4KernelCompile, StageBlocksAndExchangeBufferShapes) {
     }
   }
   // H = I = 2048 (16 blocks: four per warp of the K split): two stages of four blocks by
-  // default, bf16 and FP8 combine, one and two ranks (9 tokens: 8-token tiles).
+  // default, bf16 and FP8 combine, one and two ranks (6 tokens: 8-token tiles).
   for (int ranks : {1, 2}) {
     for (bool fp8 : {false, true}) {
       MoEConfig c = config(2048, 2048, 32, 8, ranks, 512);
       c.fp8_combine = fp8;
-      const int bm = get_block_m_for_mega_moe(c, 9);
+      const int bm = get_block_m_for_mega_moe(c, 6);
+      EXPECT_EQ(bm, 8) << describe(c);
       const runtime::Nvfp4LaunchShape l = runtime::nvfp4_launch_shape(c, bm);
       EXPECT_EQ(l.stage_blocks, 4) << describe(c) << " BLOCK_M " << bm;
       EXPECT_EQ(l.stages, 2) << describe(c);

@@ -16,8 +16,8 @@ struct WideTestShape {
 
 inline constexpr WideTestShape kWideTestShapes[] = {
     {1024, 512, 1, 5, WideTestShape::Routing::masked},
-    {1024, 512, 1, 40, WideTestShape::Routing::masked},
-    {1024, 512, 2, 20, WideTestShape::Routing::uniform},
+    {1024, 512, 1, 24, WideTestShape::Routing::masked},
+    {1024, 512, 2, 12, WideTestShape::Routing::uniform},
     {1024, 512, 2, 40, WideTestShape::Routing::masked},
     {1024, 512, 1, 512, WideTestShape::Routing::zipf},
     {1536, 768, 1, 60, WideTestShape::Routing::masked},
