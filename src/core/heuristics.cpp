@@ -36,9 +36,9 @@ constexpr int kLargestBlockM = 128;
 //   T = 128, 11 % at T = 192 (6 per expert), 23 % at T = 256 (8)): each further 8-token tile of an
 //   expert streams and decodes its weights again, where the wide kernel's 16-token tile does it
 //   once;
-// - 16 up to 8 per expert (uniform: 1-3 % ahead of 32 at 4..8, level at 10, behind from 12);
+// - 16 up to 8 per expert (uniform: 1-4 % ahead of 32 at 4..8, level at 9-10, behind from 12);
 // - 32 above 8 up to 32 (12 per expert: -4 % uniform, -9 % zipf1.2 against 16). Skewed routing
-//   favours the larger tiles everywhere (zipf1.2: 16 beats 8 from ~1.5 per expert, 32 beats 16
+//   favours the larger tiles everywhere (zipf1.2: 16 beats 8 from 1-2 per expert, 32 beats 16
 //   from ~2); the table follows uniform routing, whose expected count it is.
 constexpr Regime kWideRegimes[] = {{3, 8}, {8, 16}, {32, 32}, {64, 64}};
 // Elsewhere (FP8 combine, side-LoRA, H or I not a multiple of 384 or 512): the table the pipelined

@@ -471,7 +471,7 @@ __global__ void __launch_bounds__(kNvfp4Threads, 1)
   constexpr int HT = H / 64;  // FC2 row tiles
   using S = nvfp4_moe::Smem<EL, BM, NS, KMAX>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  S& s = *reinterpret_cast<S*>(smem_raw);
+  S& s = nvfp4_moe::dynamic_smem_as<S>(smem_raw);
 
   const int tid = threadIdx.x, warp = tid >> 5;
   const int cta_in_rank = static_cast<int>(blockIdx.x) % a.ctas_per_rank;
