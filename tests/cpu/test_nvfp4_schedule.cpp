@@ -170,7 +170,7 @@ TEST(Nvfp4Schedule, CostSplitBalancesLiveGroups) {
     const int items = prefix[EL] * CT;
     auto item_cost_at = [&](int item) {
       const int t = item / CT, e = schedule_expert_of_tile<EL>(prefix.data(), t);
-      return item_cost<NS>(std::min(BM, count[e] - (t - prefix[e]) * BM));
+      return item_cost<NS>(tile_live<BM>(count.data(), prefix.data(), e, t));
     };
     long long total = 0, most = 0;
     for (int i = 0; i < items; ++i) {

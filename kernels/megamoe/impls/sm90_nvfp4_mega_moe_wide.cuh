@@ -30,6 +30,11 @@ using nvfp4_pipe::UnitPosition;
 // shared loads: ~2 % of the stall samples at h6144 T = 512, run 77).
 struct WideUnit {
   int tileg, sub, col, phase, e, live;
+  // Live routes of this unit's token sub-tile of NS (1..NS).
+  template <int NS>
+  MEGAMOE_DEVICE int sub_live() const {
+    return min(NS, live - sub * NS);
+  }
 };
 inline constexpr int kUnitFieldBits = 10;  // sub and col share a slot word with the phase
 
@@ -574,10 +579,10 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
       }
       // Read by the epilogue only, after the barrier that follows stream_unit.
     }
-    stream_unit(IntConst<RB == 0>{}, 0, min(NS, cur.live - cur.sub * NS), results_to_y);
+    stream_unit(IntConst<RB == 0>{}, 0, cur.sub_live<NS>(), results_to_y);
     Sync::sync();
     const int e = cur.e;
-    const int sub_live = min(NS, cur.live - cur.sub * NS);
+    const int sub_live = cur.sub_live<NS>();
     const float g2 = __ldg(a.fc2_scale[rank_of()] + e);
     // Warp -> (token, column tile), lane -> column: 4 column tiles of 32 per unit.
     for (int task = warp; task < 4 * sub_live; task += kWarps) {
@@ -619,11 +624,11 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
       }
       Sync::sync();  // the tile's routes are in place before any warp stores
     }
-    stream_unit(IntConst<0>{}, 1, min(NS, cur.live - cur.sub * NS), [&](const auto& acc) {
+    stream_unit(IntConst<0>{}, 1, cur.sub_live<NS>(), [&](const auto& acc) {
       const float factor =
           __fmul_rn(__ldg(a.fc2_scale[rank_of()] + cur.e), __ldg(a.alpha2[rank_of()] + cur.e));
-      fc2_store_from_registers<H, TMAX, NS>(a, s, cur.sub, min(NS, cur.live - cur.sub * NS),
-                                            cur.col, factor, acc);
+      fc2_store_from_registers<H, TMAX, NS>(a, s, cur.sub, cur.sub_live<NS>(), cur.col, factor,
+                                            acc);
     });
     cur = take_wide_unit(s.unit_q, s.unit_ready, upos);
   }
