@@ -58,14 +58,18 @@ std::vector<double> download_bf16(const DeviceBuffer& b) {
   return v;
 }
 
-// Median over `reps` replays of a graph holding one call of `body`.
+// Calls of `body` per graph: one call per replay would time the graph launch with it (the host
+// submits after the start event; ~5 us, more for two kernels than for one).
+constexpr int kCallsPerGraph = 10;
+
+// Median over `reps` replays of a graph holding kCallsPerGraph calls of `body`, per call.
 template <class Body>
 double graph_median_us(CUstream stream, int reps, Body&& body) {
   const cuda::Driver& d = cuda::driver();
   CUgraph g = nullptr;
   CUgraphExec exec = nullptr;
   MEGAMOE_CU(d.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
-  body();
+  for (int i = 0; i < kCallsPerGraph; ++i) body();
   MEGAMOE_CU(d.cuStreamEndCapture(stream, &g));
   MEGAMOE_CU(d.cuGraphInstantiate(&exec, g, 0));
   MEGAMOE_CU(d.cuGraphDestroy(g));
@@ -76,7 +80,7 @@ double graph_median_us(CUstream stream, int reps, Body&& body) {
     MEGAMOE_CU(d.cuGraphLaunch(exec, stream));
     b.record(stream);
     b.synchronize();
-    if (i >= 3) us.push_back(1000.0 * b.elapsed_ms_since(a));
+    if (i >= 3) us.push_back(1000.0 * b.elapsed_ms_since(a) / kCallsPerGraph);
   }
   MEGAMOE_CU(d.cuGraphExecDestroy(exec));
   std::sort(us.begin(), us.end());
@@ -169,6 +173,9 @@ int run_gpu_demo(const MoEConfig& config, std::int64_t tokens, std::uint64_t see
                    std::span<const Nvfp4MoEOutputs>(&outputs, 1), stream.get());
   });
   const double layer_us = graph_median_us(stream.get(), 50, layer);
+  const double pre_us = graph_median_us(stream.get(), 50, [&] {
+    mega_moe_pre_dispatch(buffer, std::span<const PreDispatchInputs>(&pd, 1), stream.get());
+  });
   std::set<std::int64_t> hit;
   for (std::int64_t id : inputs.topk_idx) {
     if (id >= 0) hit.insert(id);
@@ -195,9 +202,12 @@ int run_gpu_demo(const MoEConfig& config, std::int64_t tokens, std::uint64_t see
   std::printf("| HBM read bandwidth (this run) | %.2f TB/s |\n", bw);
   std::printf("| experts hit, weight bytes | %zu, %.1f MB |\n", hit.size(), bytes / 1e6);
   std::printf("| weight-byte floor | %.1f us |\n", floor_us);
-  std::printf("| nvfp4_mega_moe (graph replay median) | %.1f us = %.2fx floor, %.2f TB/s |\n",
-              moe_us, moe_us / floor_us, bytes / (moe_us * 1e-6) / 1e12);
-  std::printf("| pre-dispatch + nvfp4_mega_moe | %.1f us |\n", layer_us);
+  std::printf(
+      "| nvfp4_mega_moe (graph of %d calls, median per call) | %.1f us = %.2fx floor, "
+      "%.2f TB/s |\n",
+      kCallsPerGraph, moe_us, moe_us / floor_us, bytes / (moe_us * 1e-6) / 1e12);
+  std::printf("| mega_moe_pre_dispatch alone | %.1f us |\n", pre_us);
+  std::printf("| pre-dispatch + nvfp4_mega_moe (the layer) | %.1f us |\n", layer_us);
   if (base_us > 0) {
     std::printf("| PyTorch baseline (%s) | %.1f us -> megamoe %.2fx faster |\n", base.c_str(),
                 base_us, base_us / layer_us);

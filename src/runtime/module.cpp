@@ -1,5 +1,6 @@
 #include "runtime/module.hpp"
 
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <string>
@@ -60,6 +61,14 @@ void ensure_dynamic_smem(CUfunction function, std::size_t bytes) {
   MEGAMOE_CU(cuda::driver().cuFuncSetAttribute(
       function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(bytes)));
   current = bytes;
+}
+
+bool use_pdl(CUstream stream) {
+  static const bool enabled = [] {
+    const char* env = std::getenv("MEGAMOE_PDL");
+    return env == nullptr || std::string(env) != "0";
+  }();
+  return enabled && stream != nullptr && stream != CU_STREAM_LEGACY;
 }
 
 void launch(CUfunction function, const LaunchConfig& c, void** args) {

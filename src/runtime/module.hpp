@@ -30,6 +30,11 @@ struct LaunchConfig {
   bool pdl = false;
 };
 
+// Whether launches on `stream` use programmatic dependent launch: yes on real streams; the legacy
+// default stream (null or CU_STREAM_LEGACY) serializes with every blocking stream anyway and
+// gets a plain launch. MEGAMOE_PDL=0 turns PDL off everywhere (diagnostics).
+bool use_pdl(CUstream stream);
+
 // Launches with `args` = pointers to each kernel argument, in order. InvalidArgument when a
 // dimension is zero, the block exceeds 1024 threads, or the grid is not a multiple of the
 // cluster shape.

@@ -196,6 +196,9 @@ void nvfp4_mega_moe(const SymmBuffer& buffer, std::span<const Nvfp4KernelWeights
   cfg.block = {static_cast<unsigned>(shape.threads), 1, 1};
   cfg.dynamic_smem = shape.smem;
   cfg.stream = static_cast<CUstream>(stream);
+  // Launched while the previous kernel (the pre-dispatch) finishes; the kernels wait for it
+  // (griddepcontrol.wait) before their first global access.
+  cfg.pdl = runtime::use_pdl(cfg.stream);
   runtime::launch_kernel(function, cfg, a);
 }
 

@@ -77,17 +77,6 @@ CUfunction function_for(const jit::KernelRequest& request) {
   return f;
 }
 
-// Programmatic dependent launch on real streams. The legacy default stream (null or
-// CU_STREAM_LEGACY) serializes with every blocking stream anyway, and gets a plain launch.
-// MEGAMOE_PDL=0 turns PDL off everywhere (diagnostics).
-bool use_pdl(CUstream stream) {
-  static const bool enabled = [] {
-    const char* env = std::getenv("MEGAMOE_PDL");
-    return env == nullptr || std::string(env) != "0";
-  }();
-  return enabled && stream != nullptr && stream != CU_STREAM_LEGACY;
-}
-
 template <typename T>
 T* at(void* base, std::size_t offset) {
   return reinterpret_cast<T*>(static_cast<char*>(base) + offset);

@@ -629,5 +629,96 @@ TEST_F(Nvfp4MegaMoe, GraphReplayMatchesEagerBitwise) {
   d.cuGraphDestroy(graph);
 }
 
+// Layers as an inference engine issues them: pre-dispatch and MoE of two different inputs
+// alternate on one stream with no host synchronization, eagerly and as one graph. With
+// programmatic dependent launch each kernel may start while the one before it still runs; each
+// output must still equal, bit for bit, the run of its own inputs with a synchronization after
+// every kernel (a MoE that read its inputs before their pre-dispatch finished, or a pre-dispatch
+// that overwrote them while the MoE before it still read them, would not).
+TEST_F(Nvfp4MegaMoe, LayersBackToBackOnOneStream) {
+  Case c;
+  c.ranks = 2;
+  c.top_k = 6;
+  c.tokens = 40;
+  c.routing = Routing::masked;
+  if (!case_selected(c)) return;
+  const std::uint64_t seed = case_seed();
+  Harness hs(c, seed);
+  // Input set B: other tokens and routes, the same weights and buffer.
+  reference::RoutingOptions ro;
+  ro.masked_fraction = 0.2;
+  const reference::MoEInputs in_b = reference::random_inputs(hs.cfg, c.tokens, ro, seed + 101);
+  const std::int64_t h = c.hidden, t = c.tokens, k = c.top_k;
+  std::vector<DeviceBuffer> xb, idsb, twb, outsb;
+  std::vector<PreDispatchInputs> pd_b = hs.pd;
+  std::vector<Nvfp4MoEOutputs> outputs_b = hs.outputs;
+  for (int r = 0; r < c.ranks; ++r) {
+    const auto ur = static_cast<std::size_t>(r);
+    xb.push_back(upload(reference::to_bf16_bits(
+        std::span<const float>(in_b.x.data() + r * t * h, static_cast<std::size_t>(t * h)))));
+    idsb.push_back(
+        upload(std::span(in_b.topk_idx.data() + r * t * k, static_cast<std::size_t>(t * k))));
+    twb.push_back(
+        upload(std::span(in_b.topk_weights.data() + r * t * k, static_cast<std::size_t>(t * k))));
+    outsb.emplace_back(static_cast<std::size_t>(t * h * 2));
+    pd_b[ur].x = TensorView::contiguous(xb[ur].as<void>(), DType::bf16, {t, h}, kGpu);
+    pd_b[ur].topk_idx = TensorView::contiguous(idsb[ur].as<void>(), DType::i64, {t, k}, kGpu);
+    pd_b[ur].topk_weights = TensorView::contiguous(twb[ur].as<void>(), DType::f32, {t, k}, kGpu);
+    outputs_b[ur].out = TensorView::contiguous(outsb[ur].as<void>(), DType::bf16, {t, h}, kGpu);
+  }
+  CUstream stream = hs.stream.get();
+  const cuda::Driver& d = cuda::driver();
+  auto layer = [&](const std::vector<PreDispatchInputs>& pd,
+                   const std::vector<Nvfp4MoEOutputs>& outputs, bool sync) {
+    mega_moe_pre_dispatch(hs.buffer, pd, stream);
+    if (sync) MEGAMOE_CU(d.cuStreamSynchronize(stream));
+    nvfp4_mega_moe(hs.buffer, hs.weight_views, outputs, stream);
+    if (sync) MEGAMOE_CU(d.cuStreamSynchronize(stream));
+  };
+  auto fetch = [](std::vector<DeviceBuffer>& outs) {
+    std::vector<std::vector<std::uint16_t>> v;
+    for (auto& o : outs) {
+      v.emplace_back(o.size() / 2);
+      o.copy_to_host(std::as_writable_bytes(std::span<std::uint16_t>(v.back())));
+    }
+    return v;
+  };
+  auto poison = [&] {
+    for (auto& o : hs.outs) o.fill_bytes(0xFF);
+    for (auto& o : outsb) o.fill_bytes(0xFF);
+  };
+  poison();
+  layer(hs.pd, hs.outputs, true);
+  layer(pd_b, outputs_b, true);
+  const auto want_a = fetch(hs.outs), want_b = fetch(outsb);
+  ASSERT_NE(want_a, want_b) << "the two input sets must give different outputs, seed " << seed;
+  std::printf("  %s (input set A, synchronized)\n", hs.check(Result{want_a}).c_str());
+
+  poison();
+  for (int i = 0; i < 3; ++i) {
+    layer(hs.pd, hs.outputs, false);
+    layer(pd_b, outputs_b, false);
+  }
+  MEGAMOE_CU(d.cuStreamSynchronize(stream));
+  EXPECT_EQ(fetch(hs.outs), want_a) << "eager, input set A, seed " << seed;
+  EXPECT_EQ(fetch(outsb), want_b) << "eager, input set B, seed " << seed;
+
+  CUgraph graph = nullptr;
+  CUgraphExec exec = nullptr;
+  MEGAMOE_CU(d.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+  layer(hs.pd, hs.outputs, false);
+  layer(pd_b, outputs_b, false);
+  MEGAMOE_CU(d.cuStreamEndCapture(stream, &graph));
+  MEGAMOE_CU(d.cuGraphInstantiate(&exec, graph, 0));
+  poison();
+  for (int i = 0; i < 3; ++i) MEGAMOE_CU(d.cuGraphLaunch(exec, stream));
+  MEGAMOE_CU(d.cuStreamSynchronize(stream));
+  EXPECT_EQ(fetch(hs.outs), want_a) << "graph, input set A, seed " << seed;
+  EXPECT_EQ(fetch(outsb), want_b) << "graph, input set B, seed " << seed;
+  std::printf("  back to back (eager and graph): bitwise equal to the synchronized runs\n");
+  d.cuGraphExecDestroy(exec);
+  d.cuGraphDestroy(graph);
+}
+
 }  // namespace
 }  // namespace megamoe

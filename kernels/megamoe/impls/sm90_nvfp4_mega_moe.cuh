@@ -18,6 +18,7 @@
 #include "megamoe/formats/exact_math.cuh"
 #include "megamoe/formats/nvfp4_fragment_decode.cuh"
 #include "megamoe/ptx/mma_sm90.cuh"
+#include "megamoe/ptx/pdl.cuh"
 #include "megamoe/ptx/vector_memory.cuh"
 #include "megamoe/scheduler/nvfp4_schedule.cuh"
 
@@ -416,6 +417,9 @@ MEGAMOE_DEVICE void fc2_store_bf16_slots(const Nvfp4MoeArgs& a, const S& s, u16*
 template <int H, int K, int EL, int R, int TMAX, int THREADS, int FP8C>
 MEGAMOE_DEVICE void combine_rank_tokens(const Nvfp4MoeArgs& a, u8* mine, int rank, int rows,
                                         int cta_in_rank, int nctas) {
+  // The last phase: the next kernel on the stream may launch its CTAs now (with PDL it waits
+  // for this grid's completion before it reads anything).
+  ptx::griddep_launch_dependents();
   constexpr int kChunks = H / 8;
   const int* idx = reinterpret_cast<const int*>(mine + a.off_topk_idx);
   const u8* slots = mine + a.off_combine;
@@ -508,6 +512,11 @@ __global__ void __launch_bounds__(kNvfp4Threads, 1)
   u8* const sync = mine + a.off_sync;
   u32* const grid_counter = reinterpret_cast<u32*>(sync + a.sync_grid);
   u32* const status = reinterpret_cast<u32*>(sync + a.sync_status);
+
+  // Launched with programmatic dependent launch: the previous kernel on the stream (the
+  // pre-dispatch, or the previous call) may still be running. No global memory is touched
+  // before it has completed and its writes are visible.
+  ptx::griddep_wait();
 
   // Ranks in other processes (NCCL provider): wait until every rank's pre-dispatch of this call
   // is complete -- which also means every rank finished the previous call, so its inputs and

@@ -396,6 +396,11 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
     ptx::fence_mbarrier_init();
   }
 
+  // Launched with programmatic dependent launch: the previous kernel on the stream (the
+  // pre-dispatch, or the previous call) may still be running. No global memory is touched
+  // before it has completed and its writes are visible.
+  ptx::griddep_wait();
+
   // Ranks in other processes (NCCL provider): wait until every rank's pre-dispatch of this call
   // is complete -- which also means every rank finished the previous call, so its inputs and
   // combine slots may be overwritten. One launch for all ranks (local provider) needs no wait.

@@ -364,6 +364,11 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
     ptx::fence_mbarrier_init();
   }
 
+  // Launched with programmatic dependent launch: the previous kernel on the stream (the
+  // pre-dispatch, or the previous call) may still be running. No global memory is touched
+  // before it has completed and its writes are visible.
+  ptx::griddep_wait();
+
   // Ranks in other processes: as in the pipelined kernel, every rank's pre-dispatch of this call
   // is complete (and every rank finished the previous call) before anything is read.
   if (a.num_driven < R) {
