@@ -58,8 +58,8 @@ std::vector<double> download_bf16(const DeviceBuffer& b) {
   return v;
 }
 
-// Calls of `body` per graph: one call per replay would time the graph launch with it (the host
-// submits after the start event; ~5 us, more for two kernels than for one).
+// Calls of `body` per graph: one call per replay would time the graph's launch with it (the host
+// submits after the start event: 3-4 us of the dsv4-flash T = 1 numbers, bench/NOTES.md).
 constexpr int kCallsPerGraph = 10;
 
 // Median over `reps` replays of a graph holding kCallsPerGraph calls of `body`, per call.
