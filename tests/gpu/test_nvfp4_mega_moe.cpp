@@ -601,6 +601,21 @@ TEST_F(Nvfp4MegaMoe, SanitizerSizedCase) {
   }
 }
 
+// What `body` launches on `stream`, captured into one instantiated graph; the graph itself is
+// released, the caller destroys the executable.
+template <class Body>
+CUgraphExec capture_graph(CUstream stream, Body&& body) {
+  const cuda::Driver& d = cuda::driver();
+  CUgraph graph = nullptr;
+  CUgraphExec exec = nullptr;
+  MEGAMOE_CU(d.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+  body();
+  MEGAMOE_CU(d.cuStreamEndCapture(stream, &graph));
+  MEGAMOE_CU(d.cuGraphInstantiate(&exec, graph, 0));
+  MEGAMOE_CU(d.cuGraphDestroy(graph));
+  return exec;
+}
+
 TEST_F(Nvfp4MegaMoe, GraphReplayMatchesEagerBitwise) {
   Case c;
   c.ranks = 2;
@@ -613,12 +628,7 @@ TEST_F(Nvfp4MegaMoe, GraphReplayMatchesEagerBitwise) {
   const Result eager = hs.poisoned_run();
   const cuda::Driver& d = cuda::driver();
   runtime::Stream& stream = hs.stream;
-  CUgraph graph = nullptr;
-  CUgraphExec exec = nullptr;
-  MEGAMOE_CU(d.cuStreamBeginCapture(stream.get(), CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
-  hs.run(stream.get());
-  MEGAMOE_CU(d.cuStreamEndCapture(stream.get(), &graph));
-  MEGAMOE_CU(d.cuGraphInstantiate(&exec, graph, 0));
+  const CUgraphExec exec = capture_graph(stream.get(), [&] { hs.run(stream.get()); });
   for (auto& o : hs.outs) o.fill_bytes(0xFF);
   for (int i = 0; i < 3; ++i) MEGAMOE_CU(d.cuGraphLaunch(exec, stream.get()));
   stream.synchronize();
@@ -626,7 +636,6 @@ TEST_F(Nvfp4MegaMoe, GraphReplayMatchesEagerBitwise) {
   EXPECT_EQ(eager.out, replay.out) << "seed " << seed;
   std::printf("  %s (graph)\n", hs.check(replay).c_str());
   d.cuGraphExecDestroy(exec);
-  d.cuGraphDestroy(graph);
 }
 
 // Layers as an inference engine issues them: pre-dispatch and MoE of two different inputs
@@ -703,13 +712,10 @@ TEST_F(Nvfp4MegaMoe, LayersBackToBackOnOneStream) {
   EXPECT_EQ(fetch(hs.outs), want_a) << "eager, input set A, seed " << seed;
   EXPECT_EQ(fetch(outsb), want_b) << "eager, input set B, seed " << seed;
 
-  CUgraph graph = nullptr;
-  CUgraphExec exec = nullptr;
-  MEGAMOE_CU(d.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
-  layer(hs.pd, hs.outputs, false);
-  layer(pd_b, outputs_b, false);
-  MEGAMOE_CU(d.cuStreamEndCapture(stream, &graph));
-  MEGAMOE_CU(d.cuGraphInstantiate(&exec, graph, 0));
+  const CUgraphExec exec = capture_graph(stream, [&] {
+    layer(hs.pd, hs.outputs, false);
+    layer(pd_b, outputs_b, false);
+  });
   poison();
   for (int i = 0; i < 3; ++i) MEGAMOE_CU(d.cuGraphLaunch(exec, stream));
   MEGAMOE_CU(d.cuStreamSynchronize(stream));
@@ -717,7 +723,6 @@ TEST_F(Nvfp4MegaMoe, LayersBackToBackOnOneStream) {
   EXPECT_EQ(fetch(outsb), want_b) << "graph, input set B, seed " << seed;
   std::printf("  back to back (eager and graph): bitwise equal to the synchronized runs\n");
   d.cuGraphExecDestroy(exec);
-  d.cuGraphDestroy(graph);
 }
 
 }  // namespace
