@@ -3,11 +3,19 @@
 
 Usage: plot.py RESULTS.csv OUT.png
 CSV columns (written by bench_nvfp4_mega_moe and merged baselines): preset, routing, tokens,
-time_us, floor_us, and optional baseline columns named baseline_<name>_us.
+time_us, floor_us, and optional baseline columns named baseline_<name>_us. Uniform panels also
+mark the DeepGEMM FP8 figures that BENCHMARKS.md quotes (labelled as quoted, not measured here).
 """
 import csv
 import sys
 from collections import defaultdict
+
+# DeepGEMM's SM90 FP8 MegaMoE on one H200, all experts local, uniform routing: figures quoted in
+# ../shared/BENCHMARKS.md (not measured by us), drawn as reference points only.
+QUOTED_DEEPGEMM_FP8_US = {
+    "dsv4-flash": {1: 118.0, 16: 572.0, 128: 1600.0},
+    "h6144-e256-k8": {1: 189.0, 16: 1490.0, 128: 3610.0},
+}
 
 
 def main():
@@ -37,6 +45,11 @@ def main():
         ax.plot(t, series("floor_us"), "k--", label="weight-byte floor")
         for col in sorted(k for k in rs[0] if k.startswith("baseline_") and k.endswith("_us")):
             ax.plot(t, series(col), "s:", label=col[len("baseline_"):-len("_us")])
+        quoted = QUOTED_DEEPGEMM_FP8_US.get(preset, {})
+        if routing == "uniform" and quoted:
+            qt = sorted(quoted)
+            ax.plot(qt, [quoted[x] for x in qt], "x", color="gray", markersize=8,
+                    label="DeepGEMM FP8 (quoted, BENCHMARKS.md)")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("tokens per rank")
