@@ -170,7 +170,59 @@ class Nvfp4MegaMoe : public ::testing::Test {
   }
 };
 
-struct Harness {
+// The oracle's routing draw for a case (one_expert is applied afterwards, apply_routing).
+reference::RoutingOptions routing_options(const Case& c) {
+  reference::RoutingOptions ro;
+  if (c.routing == Routing::masked) ro.masked_fraction = 0.2;
+  if (c.routing == Routing::zipf) ro.skew = reference::RoutingSkew::zipf;
+  return ro;
+}
+
+// One layer call's device inputs and outputs, per rank: the bf16 tokens and routes that
+// mega_moe_pre_dispatch reads, the bf16 outputs nvfp4_mega_moe writes, and their views.
+struct LayerIo {
+  std::vector<DeviceBuffer> x, ids, tw, outs;
+  std::vector<PreDispatchInputs> pd;
+  std::vector<Nvfp4MoEOutputs> outputs;
+};
+
+LayerIo upload_layer_io(const Case& c, const reference::MoEInputs& in) {
+  LayerIo io;
+  const std::int64_t h = c.hidden, t = c.tokens, k = c.top_k;
+  for (int r = 0; r < c.ranks; ++r) {
+    io.x.push_back(upload(reference::to_bf16_bits(
+        std::span<const float>(in.x.data() + r * t * h, static_cast<std::size_t>(t * h)))));
+    io.ids.push_back(
+        upload(std::span(in.topk_idx.data() + r * t * k, static_cast<std::size_t>(t * k))));
+    io.tw.push_back(
+        upload(std::span(in.topk_weights.data() + r * t * k, static_cast<std::size_t>(t * k))));
+    io.outs.emplace_back(static_cast<std::size_t>(t * h * 2));
+  }
+  for (int r = 0; r < c.ranks; ++r) {
+    const auto ur = static_cast<std::size_t>(r);
+    PreDispatchInputs p;
+    p.rank = r;
+    p.x = TensorView::contiguous(io.x[ur].as<void>(), DType::bf16, {t, h}, kGpu);
+    p.topk_idx = TensorView::contiguous(io.ids[ur].as<void>(), DType::i64, {t, k}, kGpu);
+    p.topk_weights = TensorView::contiguous(io.tw[ur].as<void>(), DType::f32, {t, k}, kGpu);
+    io.pd.push_back(p);
+    io.outputs.push_back(
+        {r, TensorView::contiguous(io.outs[ur].as<void>(), DType::bf16, {t, h}, kGpu)});
+  }
+  return io;
+}
+
+// Every rank's output, as bf16 bits.
+std::vector<std::vector<std::uint16_t>> download_outputs(std::vector<DeviceBuffer>& outs) {
+  std::vector<std::vector<std::uint16_t>> v;
+  for (auto& o : outs) {
+    v.emplace_back(o.size() / 2);
+    o.copy_to_host(std::as_writable_bytes(std::span<std::uint16_t>(v.back())));
+  }
+  return v;
+}
+
+struct Harness : LayerIo {
   Case c;
   MoEConfig cfg;
   std::uint64_t seed;
@@ -178,18 +230,12 @@ struct Harness {
   reference::MoEInputs inputs;
   std::vector<RankWeights> weights;
   std::vector<Nvfp4KernelWeights> weight_views;
-  std::vector<DeviceBuffer> x, ids, tw, outs;
-  std::vector<PreDispatchInputs> pd;
-  std::vector<Nvfp4MoEOutputs> outputs;
   std::vector<double> ref;  // [R*T, H]
   runtime::Stream stream;   // a created stream (not the legacy default stream)
 
   Harness(const Case& cs, std::uint64_t sd) : c(cs), cfg(config_of(cs)), seed(sd) {
     buffer = get_symm_buffer_for_mega_moe(cfg, "local");
-    reference::RoutingOptions ro;
-    if (c.routing == Routing::masked) ro.masked_fraction = 0.2;
-    if (c.routing == Routing::zipf) ro.skew = reference::RoutingSkew::zipf;
-    inputs = reference::random_inputs(cfg, c.tokens, ro, seed);
+    inputs = reference::random_inputs(cfg, c.tokens, routing_options(c), seed);
     apply_routing(c, cfg, seed + 7, inputs);
     const reference::QuantizedWeights w = reference::random_weights(cfg, seed + 1);
     const std::vector<float> fc2s = reference::calibrate_fc2_input_scales(cfg, inputs, w);
@@ -198,30 +244,11 @@ struct Harness {
     ref = reference::moe_forward(cfg, inputs, w, fo).out;
 
     weights.resize(static_cast<std::size_t>(c.ranks));
-    const std::int64_t h = c.hidden, t = c.tokens, k = c.top_k;
     for (int r = 0; r < c.ranks; ++r) {
       make_rank_weights(c, cfg, w, fc2s, r, weights[static_cast<std::size_t>(r)]);
       weight_views.push_back(weights[static_cast<std::size_t>(r)].kernel->view);
-      const std::vector<std::uint16_t> xb = reference::to_bf16_bits(
-          std::span<const float>(inputs.x.data() + r * t * h, static_cast<std::size_t>(t * h)));
-      x.push_back(upload(xb));
-      ids.push_back(
-          upload(std::span(inputs.topk_idx.data() + r * t * k, static_cast<std::size_t>(t * k))));
-      tw.push_back(upload(
-          std::span(inputs.topk_weights.data() + r * t * k, static_cast<std::size_t>(t * k))));
-      outs.emplace_back(static_cast<std::size_t>(t * h * 2));
     }
-    for (int r = 0; r < c.ranks; ++r) {
-      const auto ur = static_cast<std::size_t>(r);
-      PreDispatchInputs p;
-      p.rank = r;
-      p.x = TensorView::contiguous(x[ur].as<void>(), DType::bf16, {t, h}, kGpu);
-      p.topk_idx = TensorView::contiguous(ids[ur].as<void>(), DType::i64, {t, k}, kGpu);
-      p.topk_weights = TensorView::contiguous(tw[ur].as<void>(), DType::f32, {t, k}, kGpu);
-      pd.push_back(p);
-      outputs.push_back(
-          {r, TensorView::contiguous(outs[ur].as<void>(), DType::bf16, {t, h}, kGpu)});
-    }
+    static_cast<LayerIo&>(*this) = upload_layer_io(c, inputs);
   }
 
   bool library_dispatch = false;  // run mega_moe_pre_dispatch instead of the host image
@@ -263,15 +290,7 @@ struct Harness {
     return fetch();
   }
 
-  Result fetch() {
-    Result res;
-    for (auto& o : outs) {
-      std::vector<std::uint16_t> v(o.size() / 2);
-      o.copy_to_host(std::as_writable_bytes(std::span<std::uint16_t>(v)));
-      res.out.push_back(std::move(v));
-    }
-    return res;
-  }
+  Result fetch() { return Result{download_outputs(outs)}; }
 
   // Checks the gates per block of BLOCK_M tokens (of each rank); returns a summary line.
   std::string check(const Result& res) {
@@ -654,27 +673,8 @@ TEST_F(Nvfp4MegaMoe, LayersBackToBackOnOneStream) {
   const std::uint64_t seed = case_seed();
   Harness hs(c, seed);
   // Input set B: other tokens and routes, the same weights and buffer.
-  reference::RoutingOptions ro;
-  ro.masked_fraction = 0.2;
-  const reference::MoEInputs in_b = reference::random_inputs(hs.cfg, c.tokens, ro, seed + 101);
-  const std::int64_t h = c.hidden, t = c.tokens, k = c.top_k;
-  std::vector<DeviceBuffer> xb, idsb, twb, outsb;
-  std::vector<PreDispatchInputs> pd_b = hs.pd;
-  std::vector<Nvfp4MoEOutputs> outputs_b = hs.outputs;
-  for (int r = 0; r < c.ranks; ++r) {
-    const auto ur = static_cast<std::size_t>(r);
-    xb.push_back(upload(reference::to_bf16_bits(
-        std::span<const float>(in_b.x.data() + r * t * h, static_cast<std::size_t>(t * h)))));
-    idsb.push_back(
-        upload(std::span(in_b.topk_idx.data() + r * t * k, static_cast<std::size_t>(t * k))));
-    twb.push_back(
-        upload(std::span(in_b.topk_weights.data() + r * t * k, static_cast<std::size_t>(t * k))));
-    outsb.emplace_back(static_cast<std::size_t>(t * h * 2));
-    pd_b[ur].x = TensorView::contiguous(xb[ur].as<void>(), DType::bf16, {t, h}, kGpu);
-    pd_b[ur].topk_idx = TensorView::contiguous(idsb[ur].as<void>(), DType::i64, {t, k}, kGpu);
-    pd_b[ur].topk_weights = TensorView::contiguous(twb[ur].as<void>(), DType::f32, {t, k}, kGpu);
-    outputs_b[ur].out = TensorView::contiguous(outsb[ur].as<void>(), DType::bf16, {t, h}, kGpu);
-  }
+  LayerIo b = upload_layer_io(
+      c, reference::random_inputs(hs.cfg, c.tokens, routing_options(c), seed + 101));
   CUstream stream = hs.stream.get();
   const cuda::Driver& d = cuda::driver();
   auto layer = [&](const std::vector<PreDispatchInputs>& pd,
@@ -684,43 +684,35 @@ TEST_F(Nvfp4MegaMoe, LayersBackToBackOnOneStream) {
     nvfp4_mega_moe(hs.buffer, hs.weight_views, outputs, stream);
     if (sync) MEGAMOE_CU(d.cuStreamSynchronize(stream));
   };
-  auto fetch = [](std::vector<DeviceBuffer>& outs) {
-    std::vector<std::vector<std::uint16_t>> v;
-    for (auto& o : outs) {
-      v.emplace_back(o.size() / 2);
-      o.copy_to_host(std::as_writable_bytes(std::span<std::uint16_t>(v.back())));
-    }
-    return v;
-  };
   auto poison = [&] {
     for (auto& o : hs.outs) o.fill_bytes(0xFF);
-    for (auto& o : outsb) o.fill_bytes(0xFF);
+    for (auto& o : b.outs) o.fill_bytes(0xFF);
   };
   poison();
   layer(hs.pd, hs.outputs, true);
-  layer(pd_b, outputs_b, true);
-  const auto want_a = fetch(hs.outs), want_b = fetch(outsb);
+  layer(b.pd, b.outputs, true);
+  const auto want_a = download_outputs(hs.outs), want_b = download_outputs(b.outs);
   ASSERT_NE(want_a, want_b) << "the two input sets must give different outputs, seed " << seed;
   std::printf("  %s (input set A, synchronized)\n", hs.check(Result{want_a}).c_str());
 
   poison();
   for (int i = 0; i < 3; ++i) {
     layer(hs.pd, hs.outputs, false);
-    layer(pd_b, outputs_b, false);
+    layer(b.pd, b.outputs, false);
   }
   MEGAMOE_CU(d.cuStreamSynchronize(stream));
-  EXPECT_EQ(fetch(hs.outs), want_a) << "eager, input set A, seed " << seed;
-  EXPECT_EQ(fetch(outsb), want_b) << "eager, input set B, seed " << seed;
+  EXPECT_EQ(download_outputs(hs.outs), want_a) << "eager, input set A, seed " << seed;
+  EXPECT_EQ(download_outputs(b.outs), want_b) << "eager, input set B, seed " << seed;
 
   const CUgraphExec exec = capture_graph(stream, [&] {
     layer(hs.pd, hs.outputs, false);
-    layer(pd_b, outputs_b, false);
+    layer(b.pd, b.outputs, false);
   });
   poison();
   for (int i = 0; i < 3; ++i) MEGAMOE_CU(d.cuGraphLaunch(exec, stream));
   MEGAMOE_CU(d.cuStreamSynchronize(stream));
-  EXPECT_EQ(fetch(hs.outs), want_a) << "graph, input set A, seed " << seed;
-  EXPECT_EQ(fetch(outsb), want_b) << "graph, input set B, seed " << seed;
+  EXPECT_EQ(download_outputs(hs.outs), want_a) << "graph, input set A, seed " << seed;
+  EXPECT_EQ(download_outputs(b.outs), want_b) << "graph, input set B, seed " << seed;
   std::printf("  back to back (eager and graph): bitwise equal to the synchronized runs\n");
   d.cuGraphExecDestroy(exec);
 }
