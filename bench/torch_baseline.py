@@ -108,7 +108,8 @@ def main():
         try:
             us = time_graph(torch, lambda: moe_grouped(torch, x, idx, w, w13, w2))
         except Exception as e:  # report, never hide, a baseline that cannot run
-            print(json.dumps({"preset": args.preset, "tokens": tokens, "error": str(e)[:300]}))
+            print(json.dumps({"preset": args.preset, "tokens": tokens, "routing": args.routing,
+                              "error": str(e)[:300]}))
             continue
         print(json.dumps({"preset": args.preset, "tokens": tokens, "routing": args.routing,
                           "baseline_us": round(us, 2), "impl": impl}))
