@@ -17,6 +17,9 @@ QUOTED_DEEPGEMM_FP8_US = {
     "h6144-e256-k8": {1: 189.0, 16: 1490.0, 128: 3610.0},
 }
 
+# Labels of the baseline columns bench/merge_baseline.py writes.
+BASELINE_LABELS = {"torch_bf16": "PyTorch _grouped_mm BF16 (same run)"}
+
 
 def main():
     if len(sys.argv) != 3:
@@ -44,7 +47,8 @@ def main():
         ax.plot(t, series("time_us"), "o-", label="megamoe")
         ax.plot(t, series("floor_us"), "k--", label="weight-byte floor")
         for col in sorted(k for k in rs[0] if k.startswith("baseline_") and k.endswith("_us")):
-            ax.plot(t, series(col), "s:", label=col[len("baseline_"):-len("_us")])
+            name = col[len("baseline_"):-len("_us")]
+            ax.plot(t, series(col), "s:", label=BASELINE_LABELS.get(name, name))
         quoted = QUOTED_DEEPGEMM_FP8_US.get(preset, {})
         if routing == "uniform" and quoted:
             qt = sorted(quoted)
