@@ -63,8 +63,8 @@ std::size_t smem_for(const MoEConfig& c, int block_m, int ns, int ksplit, int st
 
 // Mirrors nvfp4_wide::Smem (kernels/megamoe/impls/sm90_nvfp4_mega_moe_wide.cuh): `stages` stages
 // of 16 row groups x `stage_blocks` blocks (1152 B each) plus an ns-row token chunk, their full /
-// empty barriers, the unit ring, `result_buffers` 256 x ns f32 result tiles (0: the results go
-// over the unit's last stage; a one-float placeholder), then the plan state.
+// empty barriers, the unit ring, `result_buffers` FC1 exchange buffers of 256 x ns f32 (0: the
+// exchange goes over the unit's last stage; a one-float placeholder), then the plan state.
 std::size_t smem_for_wide(const MoEConfig& c, int block_m, int ns, int stages, int result_buffers,
                           int stage_blocks) {
   const auto n = static_cast<std::size_t>(ns);

@@ -12,10 +12,11 @@
 //     of the sub-tile's token chunk (bulk copies). Without a resident token tile, sub-tiles of
 //     up to 32 tokens run with two or more stages at any H;
 //   * the MMAs run only over the sub-tile's live 8-token groups (a warp-uniform choice per unit).
-//   * FC2's epilogue runs from each warp's accumulators (no shared memory, no CTA barrier); FC1's
-//     goes through shared memory (gate and up rows of a column are in different warps).
-// Numerics are the pipelined kernel's: the same exact decode of both operands, the same FC1
-// epilogue (nvfp4_moe::fc1_requantize_token), FC2 rounded as nvfp4_pipe::fc2_store_bf16_rows.
+//   * both epilogues run from the warps' accumulators without a CTA barrier: FC2's from each
+//     warp's own, FC1's by pairs of warps (the gate rows of 16 columns and their up rows), which
+//     swap half their accumulators through shared memory.
+// Numerics are the pipelined kernel's: the same exact decode of both operands, FC1's epilogue the
+// operations of nvfp4_moe::fc1_requantize_token, FC2 rounded as nvfp4_pipe::fc2_store_bf16_rows.
 #include "megamoe/impls/sm90_nvfp4_mega_moe_pipelined.cuh"
 
 namespace megamoe::device {
@@ -100,10 +101,10 @@ struct Chunk {
 
 // Shared memory of one CTA (dynamic; src/runtime/register_nvfp4_mega_moe.cpp mirrors its size).
 // ring / full / empty: the stages (weights, then the token chunk); unit_ready / unit_q: the units
-// the producer published; y: RB buffers of an FC1 unit's 256 x NS raw results (RB = 0: none,
-// each warp writes its rows' results over its own row group's weights in the unit's last stage,
-// which the consumers release after the epilogue; a one-float placeholder keeps the array legal).
-// FC2 units store from registers and use no y.
+// the producer published; y: RB buffers of FC1's exchange between warp pairs, a region of 16 x NS
+// floats per warp (RB = 0: none, each warp writes its half over its own row group's weights in the
+// unit's last stage, which the consumers release after the epilogue; a one-float placeholder keeps
+// the array legal). FC2 units store from registers and use no y.
 template <int EL, int BM, int NS, int STAGES, int RB, int CK>
 struct Smem {
   u8 ring[STAGES * Chunk<CK>::template kStageBytes<NS>];
@@ -202,33 +203,6 @@ MEGAMOE_DEVICE void consume_wide(const u8* ring, u64* full, u64* empty, StagePos
   }
 }
 
-// Where row r of a unit's raw results lives in y: 16-row groups GROUP floats apart ([16 rows][NS
-// tokens] each), tokens permuted per row by partial_column as in the pipelined kernel's exchange
-// tiles (conflict-free epilogue reads).
-template <int NS, int GROUP>
-MEGAMOE_DEVICE int result_index(int r, int i) {
-  return (r >> 4) * GROUP + (r & 15) * NS + nvfp4_pipe::partial_column<NS>(r, i);
-}
-
-// This warp's 16 rows of the unit's raw results into y (layout: result_index). The thread index
-// is read anew (ptx::tid_x): the store offsets, hoisted out of the consume loop, would otherwise
-// be held across it at the 96-register cap.
-template <int NS, int GROUP, int NT>
-MEGAMOE_DEVICE void store_unit_rows(float* y, const float (&acc)[NT][4]) {
-  const int tid = ptx::tid_x();
-  const int warp = tid >> 5, lane = tid & 31;
-  const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      // m16n8 accumulator element c: row g (+ 8 for c >= 2), token 2 t (+ 1 for odd c).
-      const int row = warp * 16 + g + (c >> 1) * 8, i = nt * 8 + 2 * t + (c & 1);
-      y[result_index<NS, GROUP>(row, i)] = acc[nt][c];
-    }
-  }
-}
-
 // FC2's epilogue straight from this warp's accumulators, no shared memory and no CTA barrier:
 // its 16 output columns (of the unit's 256) of every live token of the sub-tile, bf16 of y x
 // kWeightUnscale x factor exactly as nvfp4_pipe::fc2_store_bf16_rows rounds them, into the
@@ -263,6 +237,82 @@ MEGAMOE_DEVICE void fc2_store_from_registers(const Nvfp4MoeArgs& a, const S& s, 
                  ((static_cast<u64>(s.route_k[r]) * TMAX + s.route_tok[r]) * H + h0) * 2;
       *reinterpret_cast<u32*>(slot) = lo;
       *reinterpret_cast<u32*>(slot + 16) = hi;  // rows + 8, + 9
+    }
+  }
+}
+
+// Named barrier of the warp pair (gate warp 4 c + m, up warp 4 c + m + 2) of column tile c and
+// half m: IDs 3..10 (1: the consumers' CTA barrier, 2: TokensReady).
+MEGAMOE_DEVICE void pair_sync(int warp) {
+  const int id = 3 + 2 * (warp >> 2) + (warp & 1);
+  asm volatile("bar.sync %0, 64;" ::"r"(id) : "memory");
+}
+
+// FC1's epilogue from registers, by warp pairs. A unit's 256 rows are 4 column tiles of 64 (32
+// gate rows, then the same 32 columns' up rows), so warp 4 c + m holds the gate rows of columns
+// 16 m .. 16 m + 15 of tile c and warp 4 c + m + 2 their up rows, lane for lane (m16n8 element
+// c0 / c1: row g, tokens 2 t / 2 t + 1; c2 / c3: row g + 8). Each warp writes the half its partner
+// needs into its own region of `x` (the gate warp tokens 2 t + 1, the up warp tokens 2 t), the
+// pair meets at its named barrier, and each finishes one token of every pair: activation, the
+// amax of the token's 16 columns (exactly one NVFP4 block: the warp's), codes and the scale byte
+// into the tile's fc2_pool rows -- nvfp4_moe::fc1_requantize_token's operations, bit for bit.
+template <int ACT, int NS, int BM, int GROUP, class S, int NTL>
+MEGAMOE_DEVICE void fc1_store_by_pairs(const Nvfp4MoeArgs& a, const S& s, u8* mine, float* x,
+                                       const WideUnit& u, float g2, const float (&acc)[NTL][4]) {
+  const int tid = ptx::tid_x();
+  const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const bool up_warp = (warp & 2) != 0;
+  const int half = warp & 1;                // NVFP4 block of the 32-column tile
+  const int col = u.col * 4 + (warp >> 2);  // 32-column tile of the intermediate
+  float* own = x + warp * GROUP;
+  const float* other = x + (warp ^ 2) * GROUP;
+#pragma unroll
+  for (int nt = 0; nt < NTL; ++nt) {
+    own[(2 * nt) * 32 + lane] = up_warp ? acc[nt][0] : acc[nt][1];
+    own[(2 * nt + 1) * 32 + lane] = up_warp ? acc[nt][2] : acc[nt][3];
+  }
+  pair_sync(warp);
+  const int sub_live = u.sub_live<NS>();
+#pragma unroll
+  for (int nt = 0; nt < NTL; ++nt) {
+    // Columns g and g + 8 of the block, token i.
+    const float o0 = other[(2 * nt) * 32 + lane], o1 = other[(2 * nt + 1) * 32 + lane];
+    const float m0 = up_warp ? acc[nt][1] : acc[nt][0];
+    const float m1 = up_warp ? acc[nt][3] : acc[nt][2];
+    const int i = nt * 8 + 2 * t + (up_warp ? 1 : 0);
+    const int r = u.sub * NS + i;
+    const bool live = i < sub_live;
+    float v0 = 0.0f, v1 = 0.0f;
+    if (live) {
+      const float alpha = s.route_alpha[r], w = s.route_w[r];
+      const float gate0 = __fmul_rn((up_warp ? o0 : m0) * nvfp4::kWeightUnscale, alpha);
+      const float up0 = __fmul_rn((up_warp ? m0 : o0) * nvfp4::kWeightUnscale, alpha);
+      const float gate1 = __fmul_rn((up_warp ? o1 : m1) * nvfp4::kWeightUnscale, alpha);
+      const float up1 = __fmul_rn((up_warp ? m1 : o1) * nvfp4::kWeightUnscale, alpha);
+      v0 = w * nvfp4_moe::activate<ACT>(gate0, up0, a);
+      v1 = w * nvfp4_moe::activate<ACT>(gate1, up1, a);
+    }
+    float amax = exact::amax2(exact::finite_abs(v0), exact::finite_abs(v1));
+#pragma unroll
+    for (int d = 4; d <= 16; d <<= 1) {
+      amax = exact::amax2(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, d));  // over g
+    }
+    const u32 code = exact::nvfp4_block_code(amax, g2);
+    const float denom = __fmul_rn(exact::ue4m3_value(code), g2);
+    const u32 q0 = exact::e2m1_code(__fdiv_rn(v0, denom));
+    const u32 q1 = exact::e2m1_code(__fdiv_rn(v1, denom));
+    const u32 q0_next = __shfl_down_sync(0xFFFFFFFFu, q0, 4);  // column g + 1
+    const u32 q1_next = __shfl_down_sync(0xFFFFFFFFu, q1, 4);
+    if (live) {
+      const u64 prow = static_cast<u64>(u.tileg) * BM + r;
+      u8* pool = mine + a.off_fc2_pool + prow * a.pitch_fc2_pool;
+      const int c0 = col * 32 + half * 16 + g;
+      if ((g & 1) == 0) {
+        pool[c0 / 2] = static_cast<u8>(q0 | (q0_next << 4));
+        pool[(c0 + 8) / 2] = static_cast<u8>(q1 | (q1_next << 4));
+      }
+      if (g == 0)
+        (mine + a.off_fc2_sf + prow * a.pitch_fc2_sf)[col * 2 + half] = static_cast<u8>(code);
     }
   }
 }
@@ -495,14 +545,12 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
   nvfp4_pipe::UnitPosition upos{0};
   StagePosition pos{0, 0u};
   int y_buf = 0;
-  const float* y = s.y;
   // The stage the last unit ended on (RB = 0: where its results are until end_unit).
   auto last_stage = [&] { return pos.stage == 0 ? STAGES - 1 : pos.stage - 1; };
-  // Result row groups: [16][NS] floats each, contiguous in a y buffer; over the last stage each
-  // warp's over its own row group's weight bytes, which no other warp reads.
+  // FC1's exchange (fc1_store_by_pairs): a region of kYGroup floats per warp in a y buffer, or over
+  // the last stage each warp's over its own row group's weight bytes, which no other warp reads.
   constexpr int kYGroup = RB == 0 ? C::kGroupBytes / 4 : 16 * NS;
-  static_assert(RB > 0 || 16 * NS * 4 <= C::kGroupBytes,
-                "a row group's results fit over its weights");
+  static_assert(2 * NT * 32 <= kYGroup, "a warp's half of its accumulators fits its region");
   // One unit: MMAs over the sub-tile's live 8-token groups (hold: keep the last stage, see
   // consume_wide), then finish(acc) with this warp's accumulators.
   auto stream_unit = [&](auto hold, int phase, int sub_live, auto&& finish) {
@@ -530,36 +578,34 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
       run(IntConst<1>{});
     }
   };
-  // FC1's finish: this warp's raw results into a y buffer (RB = 0: over its weights in the unit's
-  // last stage); the caller's CTA barrier follows before the epilogue reads them.
-  auto results_to_y = [&](const auto& acc) {
-    float* buffer;
-    if constexpr (RB == 0) {
-      __syncwarp();  // every lane has read the warp's weights of the held stage
-      buffer = reinterpret_cast<float*>(s.ring + last_stage() * C::template kStageBytes<NS>);
-    } else {
-      buffer = s.y + y_buf * (kRowGroups * 16 * NS);
-    }
-    store_unit_rows<NS, kYGroup>(buffer, acc);
-    y = buffer;
+  // FC1's finish: the epilogue by warp pairs through the exchange (RB = 0: over the warps' weights
+  // in the unit's last stage, which stays held until end_unit). With one y buffer the pair first
+  // meets once more: the partner has read the previous unit's values before they are overwritten.
+  auto fc1_finish = [&](const WideUnit& u) {
+    return [&, u](const auto& acc) {
+      float* x;
+      if constexpr (RB == 0) {
+        __syncwarp();  // every lane has read the warp's weights of the held stage
+        x = reinterpret_cast<float*>(s.ring + last_stage() * C::template kStageBytes<NS>);
+      } else {
+        if constexpr (RB == 1) pair_sync(warp);
+        x = s.y + y_buf * (kRowGroups * 16 * NS);
+      }
+      fc1_store_by_pairs<ACT, NS, BM, kYGroup>(a, s, mine(), x, u,
+                                               __ldg(a.fc2_scale[rank_of()] + u.e), acc);
+    };
   };
-  // Raw result of row `row` (0..63) of the unit's column tile c, token i (after the barrier).
-  auto y_of = [&](int c) {
-    return [&y, c](int row, int i) { return y[result_index<NS, kYGroup>(c * 64 + row, i)]; };
-  };
-  // After an FC1 epilogue: over the last stage, each thread releases the stage (its result writes
-  // ordered before the copies that refill it; the next unit's results go to a stage refilled and
-  // consumed after every thread's release); with two buffers the next unit writes the other one
-  // (every thread has left this epilogue before it passes the next unit's barrier); with one, a
-  // barrier first.
+  // After an FC1 epilogue: over the last stage, each thread releases the stage once it has read
+  // its partner's values (the writes ordered before the copies that refill it; the next unit's
+  // exchange goes to a stage refilled and consumed after every thread's release); with two
+  // buffers the next unit writes the other one (a pair meets at the next unit's barrier only
+  // after both have read this one).
   auto end_unit = [&] {
     if constexpr (RB == 0) {
       ptx::fence_proxy_async_shared();
       ptx::mbarrier_arrive(s.empty + last_stage());
     } else if constexpr (RB == 2) {
       y_buf ^= 1;
-    } else {
-      Sync::sync();
     }
   };
 
@@ -582,19 +628,9 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
             __fmul_rn(__ldg(reinterpret_cast<const float*>(sb + a.off_x_global) + tok),
                       __ldg(a.alpha1[rank_of()] + e));
       }
-      // Read by the epilogue only, after the barrier that follows stream_unit.
+      Sync::sync();  // the tile's routes are in place before any pair's epilogue reads them
     }
-    stream_unit(IntConst<RB == 0>{}, 0, cur.sub_live<NS>(), results_to_y);
-    Sync::sync();
-    const int e = cur.e;
-    const int sub_live = cur.sub_live<NS>();
-    const float g2 = __ldg(a.fc2_scale[rank_of()] + e);
-    // Warp -> (token, column tile), lane -> column: 4 column tiles of 32 per unit.
-    for (int task = warp; task < 4 * sub_live; task += kWarps) {
-      const int i = task >> 2, c = task & 3;
-      nvfp4_moe::fc1_requantize_token<ACT>(a, s, mine(), i, cur.sub * NS + i, sub_live,
-                                           cur.col * 4 + c, cur.tileg * BM, g2, y_of(c));
-    }
+    stream_unit(IntConst<RB == 0>{}, 0, cur.sub_live<NS>(), fc1_finish(cur));
     end_unit();
     cur = take_wide_unit(s.unit_q, s.unit_ready, upos);
   }
