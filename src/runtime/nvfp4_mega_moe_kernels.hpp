@@ -28,7 +28,7 @@ struct Nvfp4LaunchShape {
   int stages = 0;          // shared-memory weight stages (`pipelined`; 0 = register ring)
   int stage_blocks = 1;    // blocks of 128 k per consumer warp in one stage (1, 2 or 4)
   int reduce_buffers = 1;  // split-K exchange buffers (`pipelined`; 2: one barrier per unit);
-                           // `wide`: result buffers (0: over the unit's last stage)
+                           // `wide`: FC1 exchange buffers (0: one small region)
   int token_subtile = 16;  // tokens per sub-tile (16, or 8 when 16 do not fit)
   std::size_t smem = 0;    // dynamic shared memory (bytes), mirroring the kernel's Smem struct
 };
@@ -51,9 +51,10 @@ struct Nvfp4LaunchShape {
 // `wide`: 16 consumer warps and a producer, sub-tiles of min(BLOCK_M, 32) tokens; stages of 4, 3
 // or 2 blocks per row group (the widest that H and I divide into and two of which fit;
 // MEGAMOE_NVFP4_STAGE_BLOCKS=2|3|4 overrides), the deepest 2..6 such stages that fit with one
-// result buffer, else two with none (MEGAMOE_NVFP4_STAGES overrides), two FC1 result buffers
-// where they fit beside them, else one, else none: an FC1 unit's results then go over its last
-// stage; FC2 units store from registers (MEGAMOE_NVFP4_REDUCE_BUFFERS=0|1|2 overrides).
+// exchange buffer, else two with none (MEGAMOE_NVFP4_STAGES overrides), two FC1 exchange buffers
+// where they fit beside them, else one, else none: FC1's warp pairs then exchange two 8-token
+// groups at a time through an 8 KB region; FC2 units store from registers
+// (MEGAMOE_NVFP4_REDUCE_BUFFERS=0|1|2 overrides).
 // Unsupported without the plan's "token_f16" (FP8 combine, H or I not a multiple of 256).
 Nvfp4LaunchShape nvfp4_launch_shape(const MoEConfig& config, int block_m,
                                     Nvfp4KernelVersion version);

@@ -63,15 +63,15 @@ std::size_t smem_for(const MoEConfig& c, int block_m, int ns, int ksplit, int st
 
 // Mirrors nvfp4_wide::Smem (kernels/megamoe/impls/sm90_nvfp4_mega_moe_wide.cuh): `stages` stages
 // of 16 row groups x `stage_blocks` blocks (1152 B each) plus an ns-row token chunk, their full /
-// empty barriers, the unit ring, `result_buffers` FC1 exchange buffers of 256 x ns f32 (0: the
-// exchange goes over the unit's last stage; a one-float placeholder), then the plan state.
+// empty barriers, the unit ring, `result_buffers` FC1 exchange buffers of 256 x ns f32 (0: one
+// region of two 8-token groups per warp pair half, 16 x 128 f32), then the plan state.
 std::size_t smem_for_wide(const MoEConfig& c, int block_m, int ns, int stages, int result_buffers,
                           int stage_blocks) {
   const auto n = static_cast<std::size_t>(ns);
   const auto blocks = static_cast<std::size_t>(stage_blocks);
   const std::size_t stage_bytes = 16 * blocks * 1152 + n * (blocks * 128 + 8) * 2;
   const std::size_t results =
-      result_buffers == 0 ? 4 : static_cast<std::size_t>(result_buffers) * 256 * n * 4;
+      result_buffers == 0 ? 16 * 128 * 4 : static_cast<std::size_t>(result_buffers) * 256 * n * 4;
   return with_plan_state(static_cast<std::size_t>(stages) * (stage_bytes + 16)  // + barriers
                              + kUnitRingBytes + results,
                          c, block_m);
@@ -136,8 +136,8 @@ Nvfp4LaunchShape wide_launch_shape(const MoEConfig& c, int block_m) {
   l.token_subtile = std::min(block_m, 32);
   const int ns = l.token_subtile;
   // Blocks per row group and stage (a stage covers 128 x that many k): the widest of 4, 3, 2 that
-  // both phases divide into and two stages of which fit, with the results over the last stage
-  // where no result buffer fits beside them. Runs of 4 KB per row group and copy stream at ~1.3x
+  // both phases divide into and two stages of which fit, with FC1's small exchange region where
+  // no exchange buffer fits beside them. Runs of 4 KB per row group and copy stream at ~1.3x
   // the rate of 2 KB runs (bench/NOTES.md, "wide").
   const auto fits_blocks = [&](int stages, int buffers, int blocks) {
     return smem_for_wide(c, block_m, ns, stages, buffers, blocks) <= kMaxDynamicSmem;
@@ -158,8 +158,8 @@ Nvfp4LaunchShape wide_launch_shape(const MoEConfig& c, int block_m) {
   const auto fits = [&](int stages, int buffers) {
     return fits_blocks(stages, buffers, l.stage_blocks);
   };
-  // The most stages that leave room for one result buffer; where two stages leave none, two
-  // stages with the results over the last one.
+  // The most stages that leave room for one exchange buffer; where two stages leave none, two
+  // stages with the small exchange region.
   int best = 0;
   for (int st = 6; st >= 2 && best == 0; --st) {
     if (fits(st, 1)) best = st;

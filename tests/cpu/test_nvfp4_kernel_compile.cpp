@@ -183,8 +183,8 @@ TEST(Nvfp4KernelCompile, WideShapes) {
     c.shape = find_preset(name).shape;
     c.num_ranks = 1;
     c.max_tokens_per_rank = 512;
-    // 512-k stages: two beside 16-token sub-tiles with two result buffers, two beside 32 with
-    // the results over the last stage.
+    // 512-k stages: two beside 16-token sub-tiles with two FC1 exchange buffers, two beside 32
+    // with the small exchange region.
     const runtime::Nvfp4LaunchShape sixteen = runtime::nvfp4_launch_shape(c, 16, wide);
     EXPECT_EQ(sixteen.stage_blocks, 4) << name;
     EXPECT_EQ(sixteen.stages, 2) << name;

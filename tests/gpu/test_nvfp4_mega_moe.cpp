@@ -534,8 +534,8 @@ TEST_F(Nvfp4MegaMoe, StageBlocksAndExchangeBuffers) {
 // experts several sub-tiles and short last ones), one and two ranks; the default stages (512 k
 // beside 16-token sub-tiles and beside 32 at H = 1024, I = 512; 384 k beside 32 at H = 1536,
 // I = 768, 15 tokens per expert; 256 k at H = 1280, I = 768, whose plain BLOCK_M table keeps 16
-// at 10 per expert) and forced 256-k stages; results over the last stage and in one or two
-// buffers, where they fit beside the stages.
+// at 10 per expert) and forced 256-k stages; FC1's exchange in the small region (0) and in one or
+// two buffers, where they fit beside the stages.
 TEST_F(Nvfp4MegaMoe, WideKernelSubTilesAndStages) {
   const auto wide = use_version("wide");
   if (!wide) GTEST_SKIP() << "tests the wide kernel; MEGAMOE_NVFP4_KERNEL forces another";

@@ -101,17 +101,19 @@ struct Chunk {
 
 // Shared memory of one CTA (dynamic; src/runtime/register_nvfp4_mega_moe.cpp mirrors its size).
 // ring / full / empty: the stages (weights, then the token chunk); unit_ready / unit_q: the units
-// the producer published; y: RB buffers of FC1's exchange between warp pairs, a region of 16 x NS
-// floats per warp (RB = 0: none, each warp writes its half over its own row group's weights in the
-// unit's last stage, which the consumers release after the epilogue; a one-float placeholder keeps
-// the array legal). FC2 units store from registers and use no y.
+// the producer published; y: FC1's exchange between warp pairs (fc1_store_by_pairs), RB buffers of
+// a region of 16 x NS floats per warp, or with RB = 0 one region of kPairRoundFloats per warp (two
+// 8-token groups a round: 8 KB where no whole buffer fits beside the stages). FC2 units store from
+// registers and use no y.
+inline constexpr int kPairRoundGroups = 2;
+inline constexpr int kPairRoundFloats = kPairRoundGroups * 2 * 32;  // a warp's half, 2 groups
 template <int EL, int BM, int NS, int STAGES, int RB, int CK>
 struct Smem {
   u8 ring[STAGES * Chunk<CK>::template kStageBytes<NS>];
   u64 full[STAGES], empty[STAGES];
   u64 unit_ready[nvfp4_pipe::kUnitSlots];
   ptx::u32x4 unit_q[nvfp4_pipe::kUnitSlots];
-  float y[RB == 0 ? 1 : RB * kRowGroups * 16 * NS];
+  float y[RB == 0 ? kRowGroups * kPairRoundFloats : RB * kRowGroups * 16 * NS];
   int count[EL];
   int tile_prefix[EL + 1];
   int src_tokens[8];
@@ -170,9 +172,8 @@ MEGAMOE_DEVICE void decode_token_chunks(u8* scratch, const S& s, int total_tiles
 // acc[nt] (nt < NTL) += this warp's row group x the sub-tile's first 8 NTL tokens over `nch`
 // stages. Barrier full[stage]: the producer's expect_tx arrival + the stage's bytes (weights and
 // token chunk) complete a phase; empty[stage]: every consumer thread arrives after its last read
-// of the stage (the token chunk's B loads of its last block) -- with kHoldLast, not for the
-// unit's last stage: the caller releases that one after the epilogue (end_unit).
-template <int NS, int NTL, int STAGES, int CK, bool kHoldLast>
+// of the stage (the token chunk's B loads of its last block).
+template <int NS, int NTL, int STAGES, int CK>
 MEGAMOE_DEVICE void consume_wide(const u8* ring, u64* full, u64* empty, StagePosition& pos, int nch,
                                  float (&acc)[NTL][4]) {
   using C = Chunk<CK>;
@@ -195,7 +196,7 @@ MEGAMOE_DEVICE void consume_wide(const u8* ring, u64* full, u64* empty, StagePos
       nvfp4_pipe::block_mma<CK, NTL>(words, scw, bl + d * 128, acc);
     }
     // Every lane releases its own reads (the arrival has release semantics): no warp sync.
-    if (!kHoldLast || j + 1 < nch) ptx::mbarrier_arrive(empty + pos.stage);
+    ptx::mbarrier_arrive(empty + pos.stage);
     if (++pos.stage == STAGES) {
       pos.stage = 0;
       pos.parity ^= 1u;
@@ -248,71 +249,91 @@ MEGAMOE_DEVICE void pair_sync(int warp) {
   asm volatile("bar.sync %0, 64;" ::"r"(id) : "memory");
 }
 
-// FC1's epilogue from registers, by warp pairs. A unit's 256 rows are 4 column tiles of 64 (32
-// gate rows, then the same 32 columns' up rows), so warp 4 c + m holds the gate rows of columns
-// 16 m .. 16 m + 15 of tile c and warp 4 c + m + 2 their up rows, lane for lane (m16n8 element
-// c0 / c1: row g, tokens 2 t / 2 t + 1; c2 / c3: row g + 8). Each warp writes the half its partner
-// needs into its own region of `x` (the gate warp tokens 2 t + 1, the up warp tokens 2 t), the
-// pair meets at its named barrier, and each finishes one token of every pair: activation, the
-// amax of the token's 16 columns (exactly one NVFP4 block: the warp's), codes and the scale byte
-// into the tile's fc2_pool rows -- nvfp4_moe::fc1_requantize_token's operations, bit for bit.
-template <int ACT, int NS, int BM, int GROUP, class S, int NTL>
-MEGAMOE_DEVICE void fc1_store_by_pairs(const Nvfp4MoeArgs& a, const S& s, u8* mine, float* x,
-                                       const WideUnit& u, float g2, const float (&acc)[NTL][4]) {
+// One 8-token group nt of fc1_store_by_pairs (below): columns g and g + 8 of the warp's 16-column
+// block for token i = 8 nt + 2 t (gate warp) or + 1 (up warp); `acc` = this warp's m16n8
+// accumulators of the group, o0 / o1 = the partner's values of rows g and g + 8 for token i.
+template <int ACT, int NS, int BM, class S>
+MEGAMOE_DEVICE void fc1_finish_pair_group(const Nvfp4MoeArgs& a, const S& s, u8* mine,
+                                          const WideUnit& u, float g2, int nt,
+                                          const float (&acc)[4], float o0, float o1) {
   const int tid = ptx::tid_x();
   const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const bool up_warp = (warp & 2) != 0;
   const int half = warp & 1;                // NVFP4 block of the 32-column tile
   const int col = u.col * 4 + (warp >> 2);  // 32-column tile of the intermediate
+  const float m0 = up_warp ? acc[1] : acc[0];
+  const float m1 = up_warp ? acc[3] : acc[2];
+  const int i = nt * 8 + 2 * t + (up_warp ? 1 : 0);
+  const int r = u.sub * NS + i;
+  const bool live = i < u.sub_live<NS>();
+  float v0 = 0.0f, v1 = 0.0f;
+  if (live) {
+    const float alpha = s.route_alpha[r], w = s.route_w[r];
+    const float gate0 = __fmul_rn((up_warp ? o0 : m0) * nvfp4::kWeightUnscale, alpha);
+    const float up0 = __fmul_rn((up_warp ? m0 : o0) * nvfp4::kWeightUnscale, alpha);
+    const float gate1 = __fmul_rn((up_warp ? o1 : m1) * nvfp4::kWeightUnscale, alpha);
+    const float up1 = __fmul_rn((up_warp ? m1 : o1) * nvfp4::kWeightUnscale, alpha);
+    v0 = w * nvfp4_moe::activate<ACT>(gate0, up0, a);
+    v1 = w * nvfp4_moe::activate<ACT>(gate1, up1, a);
+  }
+  float amax = exact::amax2(exact::finite_abs(v0), exact::finite_abs(v1));
+#pragma unroll
+  for (int d = 4; d <= 16; d <<= 1) {
+    amax = exact::amax2(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, d));  // over g
+  }
+  const u32 code = exact::nvfp4_block_code(amax, g2);
+  const float denom = __fmul_rn(exact::ue4m3_value(code), g2);
+  const u32 q0 = exact::e2m1_code(__fdiv_rn(v0, denom));
+  const u32 q1 = exact::e2m1_code(__fdiv_rn(v1, denom));
+  const u32 q0_next = __shfl_down_sync(0xFFFFFFFFu, q0, 4);  // column g + 1
+  const u32 q1_next = __shfl_down_sync(0xFFFFFFFFu, q1, 4);
+  if (live) {
+    const u64 prow = static_cast<u64>(u.tileg) * BM + r;
+    u8* pool = mine + a.off_fc2_pool + prow * a.pitch_fc2_pool;
+    const int c0 = col * 32 + half * 16 + g;
+    if ((g & 1) == 0) {
+      pool[c0 / 2] = static_cast<u8>(q0 | (q0_next << 4));
+      pool[(c0 + 8) / 2] = static_cast<u8>(q1 | (q1_next << 4));
+    }
+    if (g == 0) {
+      (mine + a.off_fc2_sf + prow * a.pitch_fc2_sf)[col * 2 + half] = static_cast<u8>(code);
+    }
+  }
+}
+
+// FC1's epilogue from registers, by warp pairs. A unit's 256 rows are 4 column tiles of 64 (32
+// gate rows, then the same 32 columns' up rows), so warp 4 c + m holds the gate rows of columns
+// 16 m .. 16 m + 15 of tile c and warp 4 c + m + 2 their up rows, lane for lane (m16n8 element
+// c0 / c1: row g, tokens 2 t / 2 t + 1; c2 / c3: row g + 8). Each warp writes the half its partner
+// needs into its own region of `x` (GROUP floats; the gate warp tokens 2 t + 1, the up warp tokens
+// 2 t), the pair meets at its named barrier, and each finishes one token of every pair:
+// activation, the amax of the token's 16 columns (exactly one NVFP4 block: the warp's), codes and
+// the scale byte into the tile's fc2_pool rows -- nvfp4_moe::fc1_requantize_token's operations,
+// bit for bit. ROUND 8-token groups at a time; kReuse: the region still holds the previous
+// round's (or unit's) values, so the pair meets first (the partner has read them).
+template <int ACT, int NS, int BM, int GROUP, int ROUND, bool kReuse, class S, int NTL>
+MEGAMOE_DEVICE void fc1_store_by_pairs(const Nvfp4MoeArgs& a, const S& s, u8* mine, float* x,
+                                       const WideUnit& u, float g2, const float (&acc)[NTL][4]) {
+  static_assert(2 * ROUND * 32 <= GROUP, "a round of the warp's half fits its region");
+  const int tid = ptx::tid_x();
+  const int warp = tid >> 5, lane = tid & 31;
+  const bool up_warp = (warp & 2) != 0;
   float* own = x + warp * GROUP;
   const float* other = x + (warp ^ 2) * GROUP;
 #pragma unroll
-  for (int nt = 0; nt < NTL; ++nt) {
-    own[(2 * nt) * 32 + lane] = up_warp ? acc[nt][0] : acc[nt][1];
-    own[(2 * nt + 1) * 32 + lane] = up_warp ? acc[nt][2] : acc[nt][3];
-  }
-  pair_sync(warp);
-  const int sub_live = u.sub_live<NS>();
+  for (int n0 = 0; n0 < NTL; n0 += ROUND) {
+    if (kReuse) pair_sync(warp);
 #pragma unroll
-  for (int nt = 0; nt < NTL; ++nt) {
-    // Columns g and g + 8 of the block, token i.
-    const float o0 = other[(2 * nt) * 32 + lane], o1 = other[(2 * nt + 1) * 32 + lane];
-    const float m0 = up_warp ? acc[nt][1] : acc[nt][0];
-    const float m1 = up_warp ? acc[nt][3] : acc[nt][2];
-    const int i = nt * 8 + 2 * t + (up_warp ? 1 : 0);
-    const int r = u.sub * NS + i;
-    const bool live = i < sub_live;
-    float v0 = 0.0f, v1 = 0.0f;
-    if (live) {
-      const float alpha = s.route_alpha[r], w = s.route_w[r];
-      const float gate0 = __fmul_rn((up_warp ? o0 : m0) * nvfp4::kWeightUnscale, alpha);
-      const float up0 = __fmul_rn((up_warp ? m0 : o0) * nvfp4::kWeightUnscale, alpha);
-      const float gate1 = __fmul_rn((up_warp ? o1 : m1) * nvfp4::kWeightUnscale, alpha);
-      const float up1 = __fmul_rn((up_warp ? m1 : o1) * nvfp4::kWeightUnscale, alpha);
-      v0 = w * nvfp4_moe::activate<ACT>(gate0, up0, a);
-      v1 = w * nvfp4_moe::activate<ACT>(gate1, up1, a);
+    for (int nt = n0; nt < NTL && nt < n0 + ROUND; ++nt) {
+      own[(2 * (nt - n0)) * 32 + lane] = up_warp ? acc[nt][0] : acc[nt][1];
+      own[(2 * (nt - n0) + 1) * 32 + lane] = up_warp ? acc[nt][2] : acc[nt][3];
     }
-    float amax = exact::amax2(exact::finite_abs(v0), exact::finite_abs(v1));
+    pair_sync(warp);
 #pragma unroll
-    for (int d = 4; d <= 16; d <<= 1) {
-      amax = exact::amax2(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, d));  // over g
-    }
-    const u32 code = exact::nvfp4_block_code(amax, g2);
-    const float denom = __fmul_rn(exact::ue4m3_value(code), g2);
-    const u32 q0 = exact::e2m1_code(__fdiv_rn(v0, denom));
-    const u32 q1 = exact::e2m1_code(__fdiv_rn(v1, denom));
-    const u32 q0_next = __shfl_down_sync(0xFFFFFFFFu, q0, 4);  // column g + 1
-    const u32 q1_next = __shfl_down_sync(0xFFFFFFFFu, q1, 4);
-    if (live) {
-      const u64 prow = static_cast<u64>(u.tileg) * BM + r;
-      u8* pool = mine + a.off_fc2_pool + prow * a.pitch_fc2_pool;
-      const int c0 = col * 32 + half * 16 + g;
-      if ((g & 1) == 0) {
-        pool[c0 / 2] = static_cast<u8>(q0 | (q0_next << 4));
-        pool[(c0 + 8) / 2] = static_cast<u8>(q1 | (q1_next << 4));
-      }
-      if (g == 0)
-        (mine + a.off_fc2_sf + prow * a.pitch_fc2_sf)[col * 2 + half] = static_cast<u8>(code);
+    for (int nt = n0; nt < NTL && nt < n0 + ROUND; ++nt) {
+      fc1_finish_pair_group<ACT, NS, BM>(a, s, mine, u, g2, nt, acc[nt],
+                                         other[(2 * (nt - n0)) * 32 + lane],
+                                         other[(2 * (nt - n0) + 1) * 32 + lane]);
     }
   }
 }
@@ -363,7 +384,7 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
                 "sub-tiles of 8, 16 or 32 tokens dividing BM");
   static_assert(R >= 1 && R <= kNvfp4MaxRanks, "1..8 ranks");
   static_assert(STAGES >= 2 && STAGES < nvfp4_pipe::kUnitSlots, "2..15 stages (see kUnitSlots)");
-  static_assert(RB >= 0 && RB <= 2, "results over the last stage (0) or in one or two buffers");
+  static_assert(RB >= 0 && RB <= 2, "FC1 exchange: one two-group region (0), one or two buffers");
   static_assert(BM / NS < (1 << nvfp4_wide::kUnitFieldBits) &&
                     I / 128 < (1 << nvfp4_wide::kUnitFieldBits) &&
                     H / 256 < (1 << nvfp4_wide::kUnitFieldBits),
@@ -545,15 +566,9 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
   nvfp4_pipe::UnitPosition upos{0};
   StagePosition pos{0, 0u};
   int y_buf = 0;
-  // The stage the last unit ended on (RB = 0: where its results are until end_unit).
-  auto last_stage = [&] { return pos.stage == 0 ? STAGES - 1 : pos.stage - 1; };
-  // FC1's exchange (fc1_store_by_pairs): a region of kYGroup floats per warp in a y buffer, or over
-  // the last stage each warp's over its own row group's weight bytes, which no other warp reads.
-  constexpr int kYGroup = RB == 0 ? C::kGroupBytes / 4 : 16 * NS;
-  static_assert(2 * NT * 32 <= kYGroup, "a warp's half of its accumulators fits its region");
-  // One unit: MMAs over the sub-tile's live 8-token groups (hold: keep the last stage, see
-  // consume_wide), then finish(acc) with this warp's accumulators.
-  auto stream_unit = [&](auto hold, int phase, int sub_live, auto&& finish) {
+  // One unit: MMAs over the sub-tile's live 8-token groups, then finish(acc) with this warp's
+  // accumulators.
+  auto stream_unit = [&](int phase, int sub_live, auto&& finish) {
     const int nch = (phase == 0 ? H : I) / CK;
     auto run = [&](auto ntl) {
       constexpr int NTL = decltype(ntl)::value;
@@ -562,8 +577,7 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
       for (int nt = 0; nt < NTL; ++nt)
 #pragma unroll
         for (int c = 0; c < 4; ++c) acc[nt][c] = 0.0f;
-      consume_wide<NS, NTL, STAGES, CK, decltype(hold)::value != 0>(s.ring, s.full, s.empty, pos,
-                                                                    nch, acc);
+      consume_wide<NS, NTL, STAGES, CK>(s.ring, s.full, s.empty, pos, nch, acc);
       finish(acc);
     };
     // The live 8-token groups only (warp-uniform): an expert's last sub-tile is often short.
@@ -578,35 +592,20 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
       run(IntConst<1>{});
     }
   };
-  // FC1's finish: the epilogue by warp pairs through the exchange (RB = 0: over the warps' weights
-  // in the unit's last stage, which stays held until end_unit). With one y buffer the pair first
-  // meets once more: the partner has read the previous unit's values before they are overwritten.
+  // FC1's finish: the epilogue by warp pairs (fc1_store_by_pairs) through y. Two buffers: a region
+  // of 16 x NS floats per warp in each, units alternate (a pair meets at the next unit's barrier
+  // only after both have read this one). One buffer, or (RB = 0) one region of two 8-token groups
+  // per warp, kPairRoundFloats: the pair meets before each write (the partner has read the
+  // previous values).
   auto fc1_finish = [&](const WideUnit& u) {
     return [&, u](const auto& acc) {
-      float* x;
-      if constexpr (RB == 0) {
-        __syncwarp();  // every lane has read the warp's weights of the held stage
-        x = reinterpret_cast<float*>(s.ring + last_stage() * C::template kStageBytes<NS>);
-      } else {
-        if constexpr (RB == 1) pair_sync(warp);
-        x = s.y + y_buf * (kRowGroups * 16 * NS);
-      }
-      fc1_store_by_pairs<ACT, NS, BM, kYGroup>(a, s, mine(), x, u,
-                                               __ldg(a.fc2_scale[rank_of()] + u.e), acc);
+      constexpr int kGroup = RB == 0 ? kPairRoundFloats : 16 * NS;
+      constexpr int kRound = RB == 0 ? kPairRoundGroups : NT;
+      fc1_store_by_pairs<ACT, NS, BM, kGroup, kRound, RB != 2>(
+          a, s, mine(), s.y + y_buf * (kRowGroups * kGroup), u, __ldg(a.fc2_scale[rank_of()] + u.e),
+          acc);
+      if constexpr (RB == 2) y_buf ^= 1;
     };
-  };
-  // After an FC1 epilogue: over the last stage, each thread releases the stage once it has read
-  // its partner's values (the writes ordered before the copies that refill it; the next unit's
-  // exchange goes to a stage refilled and consumed after every thread's release); with two
-  // buffers the next unit writes the other one (a pair meets at the next unit's barrier only
-  // after both have read this one).
-  auto end_unit = [&] {
-    if constexpr (RB == 0) {
-      ptx::fence_proxy_async_shared();
-      ptx::mbarrier_arrive(s.empty + last_stage());
-    } else if constexpr (RB == 2) {
-      y_buf ^= 1;
-    }
   };
 
   // ---- phase 1: FC1 + activation + re-quantization ----------------------------------------
@@ -630,8 +629,7 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
       }
       Sync::sync();  // the tile's routes are in place before any pair's epilogue reads them
     }
-    stream_unit(IntConst<RB == 0>{}, 0, cur.sub_live<NS>(), fc1_finish(cur));
-    end_unit();
+    stream_unit(0, cur.sub_live<NS>(), fc1_finish(cur));
     cur = take_wide_unit(s.unit_q, s.unit_ready, upos);
   }
 
@@ -665,7 +663,7 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
       }
       Sync::sync();  // the tile's routes are in place before any warp stores
     }
-    stream_unit(IntConst<0>{}, 1, cur.sub_live<NS>(), [&](const auto& acc) {
+    stream_unit(1, cur.sub_live<NS>(), [&](const auto& acc) {
       const float factor =
           __fmul_rn(__ldg(a.fc2_scale[rank_of()] + cur.e), __ldg(a.alpha2[rank_of()] + cur.e));
       fc2_store_from_registers<H, TMAX, NS>(a, s, cur.sub, cur.sub_live<NS>(), cur.col, factor,
