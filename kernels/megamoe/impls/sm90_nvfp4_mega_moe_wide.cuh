@@ -243,7 +243,9 @@ MEGAMOE_DEVICE void fc2_store_from_registers(const Nvfp4MoeArgs& a, const S& s, 
 }
 
 // Named barrier of the warp pair (gate warp 4 c + m, up warp 4 c + m + 2) of column tile c and
-// half m: IDs 3..10 (1: the consumers' CTA barrier, 2: TokensReady).
+// half m: IDs 3..10 (1: the consumers' CTA barrier, 2: TokensReady). 64 arrivals, both warps'
+// threads: after each round's exchange writes, and before a round writes a region that still
+// holds values the partner reads (fc1_store_by_pairs).
 MEGAMOE_DEVICE void pair_sync(int warp) {
   const int id = 3 + 2 * (warp >> 2) + (warp & 1);
   asm volatile("bar.sync %0, 64;" ::"r"(id) : "memory");
