@@ -351,6 +351,16 @@ MEGAMOE_DEVICE void gather_tile_routes(const Nvfp4MoeArgs& a, S& s, int want, in
   });
 }
 
+// FC1's activation of one (column, token): gate and up from their raw tensor-core results
+// (x kWeightUnscale, x the route's alpha); the caller multiplies by the route weight.
+template <int ACT>
+MEGAMOE_DEVICE float fc1_activation(float gate_raw, float up_raw, float alpha,
+                                    const Nvfp4MoeArgs& a) {
+  const float gate = __fmul_rn(gate_raw * nvfp4::kWeightUnscale, alpha);
+  const float up = __fmul_rn(up_raw * nvfp4::kWeightUnscale, alpha);
+  return activate<ACT>(gate, up, a);
+}
+
 // FC1 epilogue of token i of the sub-tile (route r of the tile), one warp, lane = column of the
 // 32-column tile `col`: gate and up (`y(row, i)`: the raw result of tile row `row`, gate rows
 // 0..31, up rows 32..63), activation, route weight, NVFP4 re-quantization in 16-column blocks
@@ -362,10 +372,7 @@ MEGAMOE_DEVICE void fc1_requantize_token(const Nvfp4MoeArgs& a, const S& s, u8* 
   const int lane = threadIdx.x & 31;
   float v = 0.0f;
   if (i < sub_live) {
-    const float alpha = s.route_alpha[r];
-    const float gate = __fmul_rn(y(lane, i) * nvfp4::kWeightUnscale, alpha);
-    const float up = __fmul_rn(y(32 + lane, i) * nvfp4::kWeightUnscale, alpha);
-    v = s.route_w[r] * activate<ACT>(gate, up, a);
+    v = s.route_w[r] * fc1_activation<ACT>(y(lane, i), y(32 + lane, i), s.route_alpha[r], a);
   }
   float amax = exact::finite_abs(v);
 #pragma unroll

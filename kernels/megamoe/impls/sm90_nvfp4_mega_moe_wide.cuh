@@ -271,12 +271,8 @@ MEGAMOE_DEVICE void fc1_finish_pair_group(const Nvfp4MoeArgs& a, const S& s, u8*
   float v0 = 0.0f, v1 = 0.0f;
   if (live) {
     const float alpha = s.route_alpha[r], w = s.route_w[r];
-    const float gate0 = __fmul_rn((up_warp ? o0 : m0) * nvfp4::kWeightUnscale, alpha);
-    const float up0 = __fmul_rn((up_warp ? m0 : o0) * nvfp4::kWeightUnscale, alpha);
-    const float gate1 = __fmul_rn((up_warp ? o1 : m1) * nvfp4::kWeightUnscale, alpha);
-    const float up1 = __fmul_rn((up_warp ? m1 : o1) * nvfp4::kWeightUnscale, alpha);
-    v0 = w * nvfp4_moe::activate<ACT>(gate0, up0, a);
-    v1 = w * nvfp4_moe::activate<ACT>(gate1, up1, a);
+    v0 = w * nvfp4_moe::fc1_activation<ACT>(up_warp ? o0 : m0, up_warp ? m0 : o0, alpha, a);
+    v1 = w * nvfp4_moe::fc1_activation<ACT>(up_warp ? o1 : m1, up_warp ? m1 : o1, alpha, a);
   }
   float amax = exact::amax2(exact::finite_abs(v0), exact::finite_abs(v1));
 #pragma unroll
@@ -311,8 +307,9 @@ MEGAMOE_DEVICE void fc1_finish_pair_group(const Nvfp4MoeArgs& a, const S& s, u8*
 // 2 t), the pair meets at its named barrier, and each finishes one token of every pair:
 // activation, the amax of the token's 16 columns (exactly one NVFP4 block: the warp's), codes and
 // the scale byte into the tile's fc2_pool rows -- nvfp4_moe::fc1_requantize_token's operations,
-// bit for bit. ROUND 8-token groups at a time; kReuse: the region still holds the previous
-// round's (or unit's) values, so the pair meets first (the partner has read them).
+// bit for bit (the shared fc1_activation). ROUND 8-token groups at a time; kReuse: the
+// region still holds the previous round's (or unit's) values, so the pair meets first (the partner
+// has read them).
 template <int ACT, int NS, int BM, int GROUP, int ROUND, bool kReuse, class S, int NTL>
 MEGAMOE_DEVICE void fc1_store_by_pairs(const Nvfp4MoeArgs& a, const S& s, u8* mine, float* x,
                                        const WideUnit& u, float g2, const float (&acc)[NTL][4]) {
