@@ -635,12 +635,18 @@ CUgraphExec capture_graph(CUstream stream, Body&& body) {
   return exec;
 }
 
-TEST_F(Nvfp4MegaMoe, GraphReplayMatchesEagerBitwise) {
+// The stream-level tests' case: two ranks, 40 tokens each, 20 % masked routes.
+Case two_ranks_masked(int top_k) {
   Case c;
   c.ranks = 2;
-  c.top_k = 8;
+  c.top_k = top_k;
   c.tokens = 40;
   c.routing = Routing::masked;
+  return c;
+}
+
+TEST_F(Nvfp4MegaMoe, GraphReplayMatchesEagerBitwise) {
+  const Case c = two_ranks_masked(8);
   if (!case_selected(c)) return;
   const std::uint64_t seed = case_seed();
   Harness hs(c, seed);
@@ -664,11 +670,7 @@ TEST_F(Nvfp4MegaMoe, GraphReplayMatchesEagerBitwise) {
 // every kernel (a MoE that read its inputs before their pre-dispatch finished, or a pre-dispatch
 // that overwrote them while the MoE before it still read them, would not).
 TEST_F(Nvfp4MegaMoe, LayersBackToBackOnOneStream) {
-  Case c;
-  c.ranks = 2;
-  c.top_k = 6;
-  c.tokens = 40;
-  c.routing = Routing::masked;
+  const Case c = two_ranks_masked(6);
   if (!case_selected(c)) return;
   const std::uint64_t seed = case_seed();
   Harness hs(c, seed);
