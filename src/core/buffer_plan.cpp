@@ -104,8 +104,7 @@ std::vector<BufferRegion> plan_sync_fields(const MoEConfig& c, std::int64_t pool
 
 bool plan_has_token_f16(const MoEConfig& c) {
   return c.weight_format == Format::nvfp4 && c.act_format == Format::nvfp4 && !c.side_lora &&
-         !c.fp8_combine && c.shape.hidden % kTokenChunkK == 0 &&
-         c.shape.intermediate % kTokenChunkK == 0;
+         c.shape.hidden % kTokenChunkK == 0 && c.shape.intermediate % kTokenChunkK == 0;
 }
 
 // Worst-case padded pool rows for t live tokens per rank with tile bm. N = R*t*min(K, E_local)

@@ -41,7 +41,7 @@ constexpr int kLargestBlockM = 128;
 //   favours the larger tiles everywhere (zipf1.2: 16 beats 8 from 1-2 per expert, 32 beats 16
 //   from ~2); the table follows uniform routing, whose expected count it is.
 constexpr Regime kWideRegimes[] = {{3, 8}, {8, 16}, {32, 32}, {64, 64}};
-// Elsewhere (FP8 combine, side-LoRA, H or I not a multiple of 384 or 512): the table the pipelined
+// Elsewhere (side-LoRA, H or I not a multiple of 384 or 512): the table the pipelined
 // kernel was tuned with; the wide kernel's 256-k stages there stream at ~0.75x the rate of 512-k
 // ones (run 57), so its earlier edges are not assumed to carry over.
 constexpr Regime kPlainRegimes[] = {{8, 8}, {16, 16}, {32, 32}, {64, 64}};

@@ -126,8 +126,8 @@ namespace {
 Nvfp4LaunchShape wide_launch_shape(const MoEConfig& c, int block_m) {
   if (!plan_has_token_f16(c)) {
     throw Unsupported(
-        "nvfp4_mega_moe: the wide kernel needs H and I multiples of 256 and bf16 combine (its "
-        "token chunks; MEGAMOE_NVFP4_KERNEL=wide)");
+        "nvfp4_mega_moe: the wide kernel needs H and I multiples of 256 (its token chunks; "
+        "MEGAMOE_NVFP4_KERNEL=wide)");
   }
   Nvfp4LaunchShape l;
   l.ksplit = 1;
@@ -318,13 +318,15 @@ jit::KernelRequest nvfp4_mega_moe_request(const MoEConfig& c, int block_m,
   jit::KernelRequest r;
   if (version == Nvfp4KernelVersion::wide) {
     args += ", " + std::to_string(l.stages) + ", " + std::to_string(l.reduce_buffers) + ", " +
-            std::to_string(128 * l.stage_blocks);
+            std::to_string(128 * l.stage_blocks) + ", " + (c.fp8_combine ? "1" : "0");
     r.name = "sm90_nvfp4_mega_moe_wide";
     r.source = "#include \"megamoe/impls/sm90_nvfp4_mega_moe_wide.cuh\"\n";
     r.entry = "megamoe::device::nvfp4_mega_moe_wide_kernel<" + args + ">";
     r.arch = "sm_90a";
     r.arguments =
-        "H, I, E_local, K, R, BLOCK_M, T_max, NS, act, stages, result_buffers, chunk_k = " + args;
+        "H, I, E_local, K, R, BLOCK_M, T_max, NS, act, stages, result_buffers, chunk_k, "
+        "fp8_combine = " +
+        args;
     return r;
   }
   const bool pipelined = version == Nvfp4KernelVersion::pipelined;

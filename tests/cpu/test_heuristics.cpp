@@ -68,8 +68,8 @@ TEST(Heuristics, BlockMTable) {
 }
 
 // Where the wide NVFP4 kernel runs 32-token sub-tiles with 384-k or 512-k stages (H and I
-// multiples of 384 or of 512, bf16 combine): 8 up to 3 expected tokens per expert, 16 up to 8, 32
-// up to 32; elsewhere (FP8 combine, 256-k stages only) the plain table above.
+// multiples of 384 or of 512, either combine format): 8 up to 3 expected tokens per expert, 16 up
+// to 8, 32 up to 32; elsewhere (256-k stages only) the plain table above.
 TEST(Heuristics, BlockMWideKernelTable) {
   MoEConfig c = config(256, 1, 8, 8192);  // 1/32 expected tokens per expert per token
   for (auto [h, inter] : {std::pair{6144, 3072}, std::pair{4096, 2048}}) {
@@ -94,10 +94,10 @@ TEST(Heuristics, BlockMWideKernelTable) {
   EXPECT_EQ(get_block_m_for_mega_moe(c, 342), 32);
   EXPECT_EQ(get_block_m_for_mega_moe(c, 512), 32);
   c.shape.top_k = 8;
-  c.fp8_combine = true;
-  EXPECT_EQ(get_block_m_for_mega_moe(c, 97), 8);
-  EXPECT_EQ(get_block_m_for_mega_moe(c, 512), 16);
-  EXPECT_EQ(block_m_regime_ends(c), (std::vector<std::int64_t>{256, 512, 1024, 2048, 8192}));
+  c.fp8_combine = true;  // the wide kernel has FP8 combine slots too: the same table
+  EXPECT_EQ(get_block_m_for_mega_moe(c, 97), 16);
+  EXPECT_EQ(get_block_m_for_mega_moe(c, 512), 32);
+  EXPECT_EQ(block_m_regime_ends(c), (std::vector<std::int64_t>{96, 256, 1024, 2048, 8192}));
   c.fp8_combine = false;
   c.shape.hidden = 1280;
   c.shape.intermediate = 768;

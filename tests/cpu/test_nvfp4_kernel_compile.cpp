@@ -122,7 +122,7 @@ TEST(Nvfp4KernelCompile, DecodePresets) {
 
 // The wide kernel at the decode presets and the GPU test's small shape: every BLOCK_M (sub-tiles
 // of 8, 16 or 32 tokens), one, two and eight ranks; the default picks it from BLOCK_M 16 on, and it
-// is Unsupported where the plan has no token chunks (FP8 combine, H or I not a multiple of 256).
+// is Unsupported where the plan has no token chunks (H or I not a multiple of 256).
 TEST(Nvfp4KernelCompile, WideShapes) {
   const auto wide = runtime::Nvfp4KernelVersion::wide;
   for (const char* name : {"dsv4-flash", "h6144-e256-k8"}) {
@@ -215,30 +215,40 @@ TEST(Nvfp4KernelCompile, WideShapes) {
   EXPECT_EQ(get_block_m_for_mega_moe(narrow, 40), 16);
   EXPECT_EQ(runtime::nvfp4_launch_shape(narrow, 16, wide).stage_blocks, 2);
   for (int bm : reachable_block_ms(narrow)) compile_one(narrow, bm, wide);
-  MoEConfig fp8 = config(1024, 512, 32, 8, 2, 512);
-  fp8.fp8_combine = true;
-  EXPECT_THROW(runtime::nvfp4_launch_shape(fp8, 16, wide), Unsupported);
-  EXPECT_EQ(runtime::nvfp4_kernel_version(fp8, 16), runtime::Nvfp4KernelVersion::pipelined);
   const MoEConfig odd = config(1152, 512, 32, 8, 1, 512);
   EXPECT_THROW(runtime::nvfp4_launch_shape(odd, 16, wide), Unsupported);
   EXPECT_EQ(runtime::nvfp4_kernel_version(odd, 16), runtime::Nvfp4KernelVersion::pipelined);
 }
 
-TEST(Nvfp4KernelCompile, Fp8CombineBuildsWithPipelinedOnly) {
-  MoEConfig c;
-  c.shape = find_preset("dsv4-flash").shape;
-  c.num_ranks = 2;
-  c.max_tokens_per_rank = 512;
-  c.fp8_combine = true;
-  for (int bm : {8, 16}) {
-    compile_one(c, bm, runtime::Nvfp4KernelVersion::pipelined);
-    EXPECT_NE(runtime::nvfp4_mega_moe_request(c, bm, runtime::Nvfp4KernelVersion::pipelined)
-                  .entry.find(", 1>"),
-              std::string::npos);
+// FP8 combine slots: the pipelined kernel (both streaming modes) and the wide one, which the
+// default picks for them from BLOCK_M 16 on as for bf16 slots; `simple` has none.
+TEST(Nvfp4KernelCompile, Fp8CombineBuildsWithPipelinedAndWide) {
+  const auto pipelined = runtime::Nvfp4KernelVersion::pipelined;
+  const auto wide = runtime::Nvfp4KernelVersion::wide;
+  for (const char* name : {"dsv4-flash", "h6144-e256-k8"}) {
+    for (int ranks : {1, 2}) {
+      MoEConfig c;
+      c.shape = find_preset(name).shape;
+      c.num_ranks = ranks;
+      c.max_tokens_per_rank = 512;
+      c.fp8_combine = true;
+      for (int bm : {8, 16}) {
+        compile_one(c, bm, pipelined);
+        EXPECT_NE(runtime::nvfp4_mega_moe_request(c, bm, pipelined).entry.find(", 1>"),
+                  std::string::npos);
+      }
+      EXPECT_EQ(runtime::nvfp4_kernel_version(c, 16), wide) << name;
+      for (int bm : {16, 32}) {
+        compile_one(c, bm, wide);
+        EXPECT_NE(runtime::nvfp4_mega_moe_request(c, bm, wide).entry.find(", 1>"),
+                  std::string::npos);
+      }
+      EXPECT_THROW(runtime::nvfp4_mega_moe_request(c, 8, runtime::Nvfp4KernelVersion::simple),
+                   Unsupported);
+    }
   }
-  EXPECT_THROW(runtime::nvfp4_mega_moe_request(c, 8, runtime::Nvfp4KernelVersion::simple),
-               Unsupported);
-  // Every reachable BLOCK_M of the GPU test's small shape, both streaming modes.
+  // Every reachable BLOCK_M of the GPU test's small shape, both streaming modes, and the wide
+  // kernel where the default takes it.
   for (int ranks : {1, 2, 4, 8}) {
     const MoEConfig small = [&] {
       MoEConfig m = config(1024, 512, 32, 8, ranks, 512);
@@ -246,7 +256,27 @@ TEST(Nvfp4KernelCompile, Fp8CombineBuildsWithPipelinedOnly) {
       return m;
     }();
     for (int bm : reachable_block_ms(small)) {
-      compile_one(small, bm, runtime::Nvfp4KernelVersion::pipelined);
+      compile_one(small, bm, pipelined);
+      if (bm >= 16) compile_one(small, bm, wide);
+    }
+  }
+  // The GPU test WideKernelFp8CombineMatchesPipelined: the wide shapes' FP8 builds with 2, 1 or 0
+  // result buffers where they fit (each kernel once).
+  std::set<std::string> built;
+  for (int buffers : {2, 1, 0}) {
+    test::ScopedEnv result_buffers("MEGAMOE_NVFP4_REDUCE_BUFFERS", std::to_string(buffers));
+    for (const test::WideTestShape& g : test::kWideTestShapes) {
+      MoEConfig c = config(g.hidden, g.inter, 32, 8, g.ranks, 512);
+      c.fp8_combine = true;
+      const int bm = get_block_m_for_mega_moe(c, g.tokens);
+      try {
+        runtime::nvfp4_launch_shape(c, bm, wide);
+      } catch (const InvalidArgument&) {
+        continue;
+      }
+      if (built.insert(runtime::nvfp4_mega_moe_request(c, bm, wide).entry).second) {
+        compile_one(c, bm, wide);
+      }
     }
   }
 }
@@ -303,14 +333,10 @@ TEST(Nvfp4KernelCompile, HostSharedMemoryMirrorsTheKernelStructs) {
         test::ScopedEnv ring("MEGAMOE_NVFP4_STAGES", "0");
         check_smem_mirror(c, bm, runtime::Nvfp4KernelVersion::pipelined);
       }
-      if (!fp8) {
-        check_smem_mirror(c, 8, runtime::Nvfp4KernelVersion::simple);
-        for (int bm : {8, 16, 32, 128}) {
-          check_smem_mirror(c, bm, runtime::Nvfp4KernelVersion::wide);
-        }
-        test::ScopedEnv none("MEGAMOE_NVFP4_REDUCE_BUFFERS", "0");
-        check_smem_mirror(c, 16, runtime::Nvfp4KernelVersion::wide);
-      }
+      if (!fp8) check_smem_mirror(c, 8, runtime::Nvfp4KernelVersion::simple);
+      for (int bm : {8, 16, 32, 128}) check_smem_mirror(c, bm, runtime::Nvfp4KernelVersion::wide);
+      test::ScopedEnv none("MEGAMOE_NVFP4_REDUCE_BUFFERS", "0");
+      check_smem_mirror(c, 16, runtime::Nvfp4KernelVersion::wide);
     }
   }
   const MoEConfig small = config(1024, 512, 32, 8, 8, 512);

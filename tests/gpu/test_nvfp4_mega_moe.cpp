@@ -367,8 +367,8 @@ bool case_selected(const Case& c) {
 void run_case(const Case& c, bool library_dispatch = false) {
   if (!case_selected(c)) return;
   if (const char* v = std::getenv("MEGAMOE_NVFP4_KERNEL"); v != nullptr && *v != '\0') {
-    // A forced version builds a subset of the cases (simple: no FP8 combine; wide: bf16 combine,
-    // H and I multiples of 256); the default selection must build every case.
+    // A forced version builds a subset of the cases (simple: no FP8 combine; wide: H and I
+    // multiples of 256); the default selection must build every case.
     try {
       const MoEConfig config = config_of(c);
       runtime::nvfp4_mega_moe_request(config, get_block_m_for_mega_moe(config, c.tokens));
@@ -425,8 +425,8 @@ TEST_F(Nvfp4MegaMoe, VirtualRanksLocalAndRemoteRoutes) {
 }
 
 // FP8 combine slots (1x128 e4m3 blocks with f32 scales, docs/reference.md step 7): virtual ranks,
-// token counts around BLOCK_M, both weight-streaming modes (8-token tiles: shared-memory stages;
-// T = 512 at R = 1: 16-token tiles, register ring), local and remote routes.
+// token counts around BLOCK_M, local and remote routes; the pipelined kernel's 8-token tiles with
+// shared-memory stages up to BLOCK_M 8, the wide kernel from 16 on (T = 96 and 512).
 TEST_F(Nvfp4MegaMoe, Fp8CombineAcrossRanksAndTiles) {
   for (int ranks : {1, 2, 4}) {
     for (int k : {6, 8}) {
@@ -571,6 +571,75 @@ TEST_F(Nvfp4MegaMoe, WideKernelSubTilesAndStages) {
   }
 }
 
+// FP8 combine slots from the wide kernel, whose FC2 epilogue shares each 1x128 block's amax
+// across 8 warps: the shapes of WideKernelSubTilesAndStages with FC1's exchange in 2, 1 or 0
+// result buffers where they fit, four ranks, and the dsv4-flash widths (32-token sub-tiles,
+// 512-k stages). Each case against the oracle and bitwise against the pipelined kernel on the
+// same inputs, which quantizes the same y with the same recipe.
+TEST_F(Nvfp4MegaMoe, WideKernelFp8CombineMatchesPipelined) {
+  if (const char* v = std::getenv("MEGAMOE_NVFP4_KERNEL"); v != nullptr && *v != '\0') {
+    GTEST_SKIP() << "compares two versions; MEGAMOE_NVFP4_KERNEL forces one";
+  }
+  std::vector<Case> cases;
+  for (const test::WideTestShape& sh : test::kWideTestShapes) {
+    Case c;
+    c.hidden = sh.hidden;
+    c.inter = sh.inter;
+    c.ranks = sh.ranks;
+    c.tokens = sh.tokens;
+    using WR = test::WideTestShape::Routing;
+    c.routing = sh.routing == WR::zipf     ? Routing::zipf
+                : sh.routing == WR::masked ? Routing::masked
+                                           : Routing::uniform;
+    cases.push_back(c);
+  }
+  Case four;
+  four.ranks = 4;
+  four.tokens = 40;
+  four.routing = Routing::masked;
+  cases.push_back(four);
+  Case dsv4;
+  dsv4.hidden = 4096;
+  dsv4.inter = 2048;
+  dsv4.experts = 16;
+  dsv4.top_k = 6;
+  dsv4.tokens = 40;
+  dsv4.routing = Routing::masked;
+  cases.push_back(dsv4);
+  int compared = 0;
+  for (Case c : cases) {
+    c.fp8_combine = true;
+    if (!case_selected(c)) continue;
+    const std::uint64_t seed = case_seed();
+    SCOPED_TRACE(describe_case(c) + " seed " + std::to_string(seed));
+    Harness hs(c, seed);
+    Result pipelined;
+    {
+      const test::ScopedEnv version("MEGAMOE_NVFP4_KERNEL", "pipelined");
+      pipelined = hs.poisoned_run();
+    }
+    const test::ScopedEnv version("MEGAMOE_NVFP4_KERNEL", "wide");
+    const int bm = get_block_m_for_mega_moe(hs.cfg, c.tokens);
+    for (int buffers : {2, 1, 0}) {
+      const test::ScopedEnv result_buffers("MEGAMOE_NVFP4_REDUCE_BUFFERS", std::to_string(buffers));
+      try {
+        runtime::nvfp4_launch_shape(hs.cfg, bm);
+      } catch (const InvalidArgument&) {
+        continue;  // that many result buffers do not fit beside these stages
+      }
+      const Result wide = hs.poisoned_run();
+      std::printf("  %s result buffers %d seed %llu\n", hs.check(wide).c_str(), buffers,
+                  static_cast<unsigned long long>(seed));
+      EXPECT_EQ(wide.out, pipelined.out)
+          << "wide FP8 combine differs from the pipelined kernel's, result buffers " << buffers;
+      ++compared;
+    }
+  }
+  if (std::getenv("MEGAMOE_TEST_CASE") == nullptr) {
+    EXPECT_GE(compared, 12);
+  }
+}
+
 // The whole layer as users call it: mega_moe_pre_dispatch, then nvfp4_mega_moe.
 TEST_F(Nvfp4MegaMoe, EndToEndWithLibraryPreDispatch) {
   Case c;
@@ -602,11 +671,15 @@ TEST_F(Nvfp4MegaMoe, SanitizerSizedCase) {
     return c;
   };
   // The wide kernel (forced: BLOCK_M 8 defaults to the pipelined one) at H = I = 512 with stages
-  // of 512 k and of 256 k, 8-token sub-tiles.
+  // of 512 k and of 256 k, 8-token sub-tiles, bf16 and FP8 combine slots (FP8: the block
+  // barriers of FC2's epilogue).
   if (const auto wide = use_version("wide")) {
     for (const char* blocks : {"4", "2"}) {
       test::ScopedEnv stage_blocks("MEGAMOE_NVFP4_STAGE_BLOCKS", blocks);
-      run_case(small_case(512, 512));
+      Case c = small_case(512, 512);
+      run_case(c);
+      c.fp8_combine = true;
+      run_case(c);
     }
   }
   for (std::int64_t inter : {std::int64_t{2048}, std::int64_t{1024}, std::int64_t{512},

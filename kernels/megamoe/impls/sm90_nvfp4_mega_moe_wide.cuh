@@ -13,8 +13,9 @@
 //     up to 32 tokens run with two or more stages at any H;
 //   * the MMAs run only over the sub-tile's live 8-token groups (a warp-uniform choice per unit).
 //   * both epilogues run from the warps' accumulators without a CTA barrier: FC2's from each
-//     warp's own, FC1's by pairs of warps (the gate rows of 16 columns and their up rows), which
-//     swap half their accumulators through shared memory.
+//     warp's own (FP8 combine slots: the 8 warps of a 1x128 block share their amax through
+//     shared memory), FC1's by pairs of warps (the gate rows of 16 columns and their up rows),
+//     which swap half their accumulators through shared memory.
 // Numerics are the pipelined kernel's: the same exact decode of both operands, FC1's epilogue the
 // operations of nvfp4_moe::fc1_requantize_token, FC2 rounded as nvfp4_pipe::fc2_store_bf16_rows.
 #include "megamoe/impls/sm90_nvfp4_mega_moe_pipelined.cuh"
@@ -104,7 +105,7 @@ struct Chunk {
 // the producer published; y: FC1's exchange between warp pairs (fc1_store_by_pairs), RB buffers of
 // a region of 16 x NS floats per warp, or with RB = 0 one region of kPairRoundFloats per warp (two
 // 8-token groups a round: 8 KB where no whole buffer fits beside the stages). FC2 units store from
-// registers and use no y.
+// registers; with FP8 combine slots they keep their per-warp amax rows in y.
 inline constexpr int kPairRoundGroups = 2;
 inline constexpr int kPairRoundFloats = kPairRoundGroups * 2 * 32;  // a warp's half, 2 groups
 template <int EL, int BM, int NS, int STAGES, int RB, int CK>
@@ -242,10 +243,95 @@ MEGAMOE_DEVICE void fc2_store_from_registers(const Nvfp4MoeArgs& a, const S& s, 
   }
 }
 
+// Named barrier of the 8 warps of one 128-column FP8 block of an FC2 unit (warps 8 h .. 8 h + 7
+// for block h): IDs 11 and 12. 256 arrivals, all threads of those warps, once per FC2 unit: after
+// each warp wrote its amax row, before any warp reads the block's rows.
+MEGAMOE_DEVICE void fp8_block_sync(int block) {
+  asm volatile("bar.sync %0, 256;" ::"r"(11 + block) : "memory");
+}
+
+// FC2's epilogue into FP8 combine slots (config.fp8_combine) from this warp's accumulators. The
+// unit's 256 output columns are two 1x128 FP8 blocks of 8 warps each, so the amax crosses warps:
+// each warp reduces the finite amax of its 16 columns per token (a lane's rows g and g + 8, then
+// over g), writes it into its row of `amax` (kRowGroups rows of NS floats; units alternate
+// between two such buffers, so a warp of the next unit never overwrites a row that a slower warp
+// of its block still reads: it first passes that unit's block barrier), the block's warps meet,
+// and each lane takes the max of the block's 8 rows (lane g reads warp g's, then over g). Then
+// the pipelined kernel's operations: scale amax / 448, e4m3 codes of y / scale -- max is exact in
+// any order, so the bytes are the pipelined kernel's. The codes gather by shuffles into lanes
+// g = 0 (token 2 t) and g = 1 (token 2 t + 1): one 16-byte store of the warp's 16 columns per
+// token (peer writes), and the first warp of a block stores the token's f32 scale.
+template <int H, int TMAX, int NS, class S, int NT>
+MEGAMOE_DEVICE void fc2_store_fp8_from_registers(const Nvfp4MoeArgs& a, const S& s, float* amax,
+                                                 int sub, int sub_live, int col, float factor,
+                                                 const float (&acc)[NT][4]) {
+  const int tid = ptx::tid_x();
+  const int warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int block = warp >> 3;
+  // m16n8 accumulator element c: row g (+ 8 for c >= 2), token 2 t (+ 1 for odd c).
+  float y[NT][4];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) y[nt][c] = __fmul_rn(acc[nt][c] * nvfp4::kWeightUnscale, factor);
+    float m0 = exact::amax2(exact::finite_abs(y[nt][0]), exact::finite_abs(y[nt][2]));
+    float m1 = exact::amax2(exact::finite_abs(y[nt][1]), exact::finite_abs(y[nt][3]));
+#pragma unroll
+    for (int d = 4; d <= 16; d <<= 1) {  // over g
+      m0 = exact::amax2(m0, __shfl_xor_sync(0xFFFFFFFFu, m0, d));
+      m1 = exact::amax2(m1, __shfl_xor_sync(0xFFFFFFFFu, m1, d));
+    }
+    if (g == 0) *reinterpret_cast<float2*>(amax + warp * NS + nt * 8 + 2 * t) = float2{m0, m1};
+  }
+  fp8_block_sync(block);
+  const float* rows = amax + (block * 8 + g) * NS;
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    const int i0 = nt * 8 + 2 * t;
+    const float2 m = *reinterpret_cast<const float2*>(rows + i0);
+    float m0 = m.x, m1 = m.y;
+#pragma unroll
+    for (int d = 4; d <= 16; d <<= 1) {
+      m0 = exact::amax2(m0, __shfl_xor_sync(0xFFFFFFFFu, m0, d));
+      m1 = exact::amax2(m1, __shfl_xor_sync(0xFFFFFFFFu, m1, d));
+    }
+    const float s0 = exact::fp8_f32_scale(m0), s1 = exact::fp8_f32_scale(m1);
+    // Bytes: rows g and g + 8 of token i0, then of token i0 + 1.
+    const u32 v = exact::e4m3_code(__fdiv_rn(y[nt][0], s0)) |
+                  exact::e4m3_code(__fdiv_rn(y[nt][2], s0)) << 8 |
+                  exact::e4m3_code(__fdiv_rn(y[nt][1], s1)) << 16 |
+                  exact::e4m3_code(__fdiv_rn(y[nt][3], s1)) << 24;
+    // Row g ^ 1's bytes: even g keeps token i0's rows (g, g + 1, g + 8, g + 9), odd g token i0 +
+    // 1's rows (g - 1, g, g + 7, g + 8); lane pair p = g / 2 now holds rows 2 p, 2 p + 1 (low half)
+    // and 2 p + 8, 2 p + 9 (high half) of its token.
+    const u32 x = __shfl_xor_sync(0xFFFFFFFFu, v, 4);
+    const u32 w = (g & 1) != 0 ? ptx::prmt(v, x, 0x3726u) : ptx::prmt(v, x, 0x5140u);
+    // Pair p ^ 1 (same token): even p holds rows 2 p .. 2 p + 3 and 2 p + 8 .. 2 p + 11.
+    const u32 z = __shfl_xor_sync(0xFFFFFFFFu, w, 8);
+    const u32 lo = ptx::prmt(w, z, 0x5410u), hi = ptx::prmt(w, z, 0x7632u);
+    // g ^ 4: lanes g = 0, 1 take rows 4 .. 7 and 12 .. 15 from g = 4, 5.
+    const u32 lo2 = __shfl_xor_sync(0xFFFFFFFFu, lo, 16);
+    const u32 hi2 = __shfl_xor_sync(0xFFFFFFFFu, hi, 16);
+    const int i = i0 + (g & 1);
+    if (g < 2 && i < sub_live) {
+      const int r = sub * NS + i;
+      const u64 row = static_cast<u64>(s.route_k[r]) * TMAX + s.route_tok[r];
+      u8* base = a.base[s.route_src[r]];
+      ptx::store_global_16(base + a.off_combine + row * H + col * 256 + warp * 16,
+                           ptx::u32x4{lo, lo2, hi, hi2});
+      if ((warp & 7) == 0) {
+        *reinterpret_cast<float*>(base + a.off_combine_sf + row * a.pitch_combine_sf +
+                                  (col * 2 + block) * 4) = g != 0 ? s1 : s0;
+      }
+    }
+  }
+}
+
 // Named barrier of the warp pair (gate warp 4 c + m, up warp 4 c + m + 2) of column tile c and
-// half m: IDs 3..10 (1: the consumers' CTA barrier, 2: TokensReady). 64 arrivals, both warps'
-// threads: after each round's exchange writes, and before a round writes a region that still
-// holds values the partner reads (fc1_store_by_pairs).
+// half m: IDs 3..10 (1: the consumers' CTA barrier, 2: TokensReady, 11 and 12: fp8_block_sync).
+// 64 arrivals, both warps' threads: after each round's exchange writes, and before a round writes
+// a region that still holds values the partner reads (fc1_store_by_pairs).
 MEGAMOE_DEVICE void pair_sync(int warp) {
   const int id = 3 + 2 * (warp >> 2) + (warp & 1);
   asm volatile("bar.sync %0, 64;" ::"r"(id) : "memory");
@@ -373,7 +459,7 @@ MEGAMOE_DEVICE void balanced_item_range(const int* count, int ct, int items, int
 // the producer (lanes 0..15 copy one row group's weights each, lane 16 the token chunk, lane 0
 // publishes the units; it leaves after phase 0 and takes no part in the consumers' barriers).
 template <int H, int I, int EL, int K, int R, int BM, int TMAX, int NS, int ACT, int STAGES, int RB,
-          int CK>
+          int CK, int FP8C>
 __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
     nvfp4_mega_moe_wide_kernel(const __grid_constant__ Nvfp4MoeArgs a) {
   static_assert(H % 256 == 0 && I % 128 == 0,
@@ -384,6 +470,7 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
   static_assert(R >= 1 && R <= kNvfp4MaxRanks, "1..8 ranks");
   static_assert(STAGES >= 2 && STAGES < nvfp4_pipe::kUnitSlots, "2..15 stages (see kUnitSlots)");
   static_assert(RB >= 0 && RB <= 2, "FC1 exchange: one two-group region (0), one or two buffers");
+  static_assert(FP8C == 0 || FP8C == 1, "fp8_combine is a flag");
   static_assert(BM / NS < (1 << nvfp4_wide::kUnitFieldBits) &&
                     I / 128 < (1 << nvfp4_wide::kUnitFieldBits) &&
                     H / 256 < (1 << nvfp4_wide::kUnitFieldBits),
@@ -401,6 +488,8 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
   // Exactly two instances: FC1's chunks, FC2's.
   using TokensReady = SignalBarrier<2, kThreads + 32>;
   using S = nvfp4_wide::Smem<EL, BM, NS, STAGES, RB, CK>;
+  static_assert(sizeof(S::y) >= 2 * kRowGroups * NS * sizeof(float),
+                "FC2's FP8 amax rows (two buffers) fit in FC1's exchange region");
   using C = nvfp4_wide::Chunk<CK>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   S& s = nvfp4_moe::dynamic_smem_as<S>(smem_raw);
@@ -647,8 +736,11 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
   TokensReady::arrive();
 
   // ---- phase 2: FC2 into the source ranks' combine slots -----------------------------------
-  // Each warp stores its own rows from registers: no CTA barrier but at a tile change.
+  // Each warp stores its own rows from registers: no CTA barrier but at a tile change (FP8
+  // slots: the two 8-warp block barriers a unit). FC1's exchange region is free from here on; FP8
+  // slots keep their amax rows there, two buffers that units alternate between.
   b_tile = -1;
+  int amax_buf = 0;
   while (cur.phase == 1) {
     if (cur.tileg != b_tile) {
       b_tile = cur.tileg;
@@ -665,8 +757,14 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
     stream_unit(1, cur.sub_live<NS>(), [&](const auto& acc) {
       const float factor =
           __fmul_rn(__ldg(a.fc2_scale[rank_of()] + cur.e), __ldg(a.alpha2[rank_of()] + cur.e));
-      fc2_store_from_registers<H, TMAX, NS>(a, s, cur.sub, cur.sub_live<NS>(), cur.col, factor,
-                                            acc);
+      if constexpr (FP8C) {
+        fc2_store_fp8_from_registers<H, TMAX, NS>(a, s, s.y + amax_buf * kRowGroups * NS, cur.sub,
+                                                  cur.sub_live<NS>(), cur.col, factor, acc);
+        amax_buf ^= 1;
+      } else {
+        fc2_store_from_registers<H, TMAX, NS>(a, s, cur.sub, cur.sub_live<NS>(), cur.col, factor,
+                                              acc);
+      }
     });
     cur = take_wide_unit(s.unit_q, s.unit_ready, upos);
   }
@@ -681,7 +779,7 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
   }
 
   // ---- phase 3: combine the rank's own tokens ----------------------------------------------
-  nvfp4_moe::combine_rank_tokens<H, K, EL, R, TMAX, kThreads, 0>(
+  nvfp4_moe::combine_rank_tokens<H, K, EL, R, TMAX, kThreads, FP8C>(
       a, mine(), rank_of(), min(s.src_tokens[rank_of()], a.out_rows[rank_of()]), cta_in_rank(),
       nctas);
 }
