@@ -83,7 +83,8 @@ TEST(Nvfp4KernelCompile, StageBlocksAndExchangeBufferShapes) {
         two.fp8_combine = fp8;
         const bool spills_with_two = fp8 && get_block_m_for_mega_moe(two, 33) >= 16;
         if (std::string(buffers) == "2" && spills_with_two) {
-          EXPECT_THROW(runtime::nvfp4_launch_shape(two, get_block_m_for_mega_moe(two, 33)),
+          EXPECT_THROW(runtime::nvfp4_launch_shape(two, get_block_m_for_mega_moe(two, 33),
+                                                   runtime::Nvfp4KernelVersion::pipelined),
                        InvalidArgument);
         } else {
           compile_one(two, get_block_m_for_mega_moe(two, 33),

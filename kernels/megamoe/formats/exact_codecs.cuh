@@ -104,6 +104,24 @@ MEGAMOE_DEVICE float e4m3_value(u32 c) {
   return (c & 0x80u) ? -v : v;
 }
 
+// Values of the two e4m3 codes in the low 16 bits of `codes` (byte 0 -> lo, byte 1 -> hi), as the
+// CPU's e4m3 table has them: every code exact (the hardware conversion to f16 is exact for all of
+// e4m3), 0x7F and 0xFF NaN.
+MEGAMOE_DEVICE void e4m3x2_values(u32 codes, float& lo, float& hi) {
+#ifdef __CUDA_ARCH__
+  u32 halves;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(halves) : "h"(static_cast<u16>(codes & 0xFFFFu)));
+  asm("cvt.f32.f16 %0, %1;" : "=f"(lo) : "h"(static_cast<u16>(halves & 0xFFFFu)));
+  asm("cvt.f32.f16 %0, %1;" : "=f"(hi) : "h"(static_cast<u16>(halves >> 16)));
+#else
+  auto value = [](u32 c) {
+    return (c & 0x7Fu) == 0x7Fu ? __uint_as_float(0x7FC00000u) : e4m3_value(c);
+  };
+  lo = value(codes & 0xFFu);
+  hi = value((codes >> 8) & 0xFFu);
+#endif
+}
+
 // Smallest power of two 2^(s-127) >= x (see ue8m0_ceil_code on the CPU).
 MEGAMOE_DEVICE u32 ue8m0_ceil_code(float x) {
   const u32 u = __float_as_uint(x);

@@ -418,7 +418,8 @@ MEGAMOE_DEVICE void fc2_store_bf16_slots(const Nvfp4MoeArgs& a, const S& s, u16*
 
 // Phase 3: out[t] = bf16(sum over the token's live routes, in k order, of its combine slots),
 // f32; `rows` tokens of this rank over its CTAs. FP8C: slots hold e4m3 codes with an f32 scale
-// per 128 values, dequantized (code value x scale) before the sum. A thread asks for all K ids,
+// per 128 values, dequantized (code value x scale, the values by the hardware's exact e4m3 -> f16
+// conversion) before the sum. A thread asks for all K ids,
 // then for every live route's slot, then sums: two round trips to L2. (Loading each slot inside
 // its route's branch put every load behind the previous route's sum: K + 1 in a row.)
 template <int H, int K, int EL, int R, int TMAX, int THREADS, int FP8C>
@@ -459,8 +460,11 @@ MEGAMOE_DEVICE void combine_rank_tokens(const Nvfp4MoeArgs& a, u8* mine, int ran
       for (int k = 0; k < K; ++k) {
         if (!live[k]) continue;
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          sum[j] += __fmul_rn(exact::e4m3_value((q[k][j >> 2] >> (8 * (j & 3))) & 0xFFu), scale[k]);
+        for (int j = 0; j < 8; j += 2) {
+          float lo, hi;
+          exact::e4m3x2_values(q[k][j >> 2] >> (8 * (j & 3)), lo, hi);
+          sum[j] += __fmul_rn(lo, scale[k]);
+          sum[j + 1] += __fmul_rn(hi, scale[k]);
         }
       }
     } else {
