@@ -703,36 +703,32 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
       }
       if (half != 0) {
         Sync::sync();  // both halves written
-        // Four warps per token, quarter q of the block each: every one reduces the finite amax
-        // of the whole block (lane l reads rows 4 l .. 4 l + 3), then quantizes its 32 rows (lane
-        // l: row 32 q + l): f32 scale amax / 448, the e4m3 code of y / scale (the oracle's 1x128
-        // recipe); 4-byte stores from every fourth lane and the scale from quarter 0 (peer
-        // writes). The quarters take the division and encoding, the long part, off one warp.
-        for (int task = warp; task < 4 * sub_live; task += kWarps) {
-          const int i = task >> 2, q = task & 3;
+        // One warp per token, lane l holds rows 4 l .. 4 l + 3 of the block: finite amax, f32
+        // scale amax / 448, e4m3 codes of y / scale (the oracle's 1x128 recipe), 4 bytes a lane
+        // and the scale into the source rank's slot (peer writes).
+        for (int i = warp; i < sub_live; i += kWarps) {
           const int r = cur.sub * NS + i;
+          // Read twice from shared memory rather than held: 16-token tiles are at the
+          // 128-register cap.
+          auto y_of = [&](int j) { return s.ypair[(lane * 4 + j) * NS + i]; };
           float amax = 0.0f;
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            amax = exact::amax2(amax, exact::finite_abs(s.ypair[(lane * 4 + j) * NS + i]));
-          }
+#pragma unroll 1
+          for (int j = 0; j < 4; ++j) amax = exact::amax2(amax, exact::finite_abs(y_of(j)));
 #pragma unroll
           for (int d = 16; d >= 1; d >>= 1) {
             amax = exact::amax2(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, d));
           }
           const float scale = exact::fp8_f32_scale(amax);
-          const u32 code = exact::e4m3_code(__fdiv_rn(s.ypair[(q * 32 + lane) * NS + i], scale));
-          const u32 c1 = __shfl_down_sync(0xFFFFFFFFu, code, 1);
-          const u32 c2 = __shfl_down_sync(0xFFFFFFFFu, code, 2);
-          const u32 c3 = __shfl_down_sync(0xFFFFFFFFu, code, 3);
+          u32 packed = 0;
+#pragma unroll 1
+          for (int j = 0; j < 4; ++j) {
+            packed |= exact::e4m3_code(__fdiv_rn(y_of(j), scale)) << (8 * j);
+          }
           const u64 row = static_cast<u64>(s.route_k[r]) * TMAX + s.route_tok[r];
           u8* base = a.base[s.route_src[r]];
           const int blk = cur.col >> 1;
-          if ((lane & 3) == 0) {
-            *reinterpret_cast<u32*>(base + a.off_combine + row * H + blk * 128 + q * 32 + lane) =
-                code | c1 << 8 | c2 << 16 | c3 << 24;
-          }
-          if (q == 0 && lane == 0) {
+          *reinterpret_cast<u32*>(base + a.off_combine + row * H + blk * 128 + lane * 4) = packed;
+          if (lane == 0) {
             *reinterpret_cast<float*>(base + a.off_combine_sf + row * a.pitch_combine_sf +
                                       blk * 4) = scale;
           }
