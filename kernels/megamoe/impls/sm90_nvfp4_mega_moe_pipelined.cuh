@@ -431,12 +431,9 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
       long long hi = items[ph] * (cta_in_rank + 1) / nctas;
       if (FP8C && ph == 1) {
         // FP8 combine blocks are 128 rows = two FC2 column tiles: every CTA owns whole pairs
-        // (H / 64 is even, so the pair boundaries are even item indices), the pairs split as
-        // evenly as the items are (rounding both ends of an item range down to even would give
-        // some CTAs one pair more than the rest: h6144 T = 1, 8 items instead of 6).
-        const long long pairs = items[ph] / 2;
-        lo = 2 * (pairs * cta_in_rank / nctas);
-        hi = 2 * (pairs * (cta_in_rank + 1) / nctas);
+        // (H / 64 is even, so the pair boundaries are even item indices).
+        lo &= ~1ll;
+        hi = cta_in_rank + 1 == nctas ? items[ph] : (hi & ~1ll);
       }
       sched.lo[ph] = static_cast<int>(lo);
       sched.hi[ph] = static_cast<int>(hi);
