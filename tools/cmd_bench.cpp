@@ -24,7 +24,7 @@ const char* kHelp =
     "usage: megamoe bench --ranks R [--preset P] [--tokens 1,8,16,128] [--check-virtual]\n"
     "                     [--timeout-test] [--seed N] [--iters N] [--reps N]\n"
     "                     [--routing uniform|zipf|masked20] [--group-timeout-ms MS]\n"
-    "                     [--peer-timeout-ms MS] [--out PREFIX]\n"
+    "                     [--peer-timeout-ms MS] [--fp8-combine] [--out PREFIX]\n"
     "\n"
     "Runs the NVFP4 MegaMoE layer with one process per GPU (ranks 0..R-1 on GPUs 0..R-1), NCCL\n"
     "symmetric memory (`nccl` provider), NVLink multicast off. Presets: dsv4-flash and\n"
@@ -34,7 +34,8 @@ const char* kHelp =
     "  --check-virtual   rank 0 reruns every case with R virtual ranks on its GPU (local\n"
     "                    provider) and compares every rank's output bitwise\n"
     "  --timeout-test    rank R-1 skips the MoE call; the others must stop after\n"
-    "                    --peer-timeout-ms (default 2000) with a fault naming rank and phase\n";
+    "                    --peer-timeout-ms (default 2000) with a fault naming rank and phase\n"
+    "  --fp8-combine     e4m3 combine slots with f32 scales per 128 (config.fp8_combine)\n";
 
 std::string self_executable() {
   char buf[4096];
@@ -49,7 +50,7 @@ MultiGpuBenchOptions parse_multi_gpu_options(Args args) {
   const Options opt(args,
                     {"ranks", "preset", "tokens", "seed", "iters", "reps", "routing",
                      "group-timeout-ms", "peer-timeout-ms", "out"},
-                    {"check-virtual", "timeout-test", "help"});
+                    {"check-virtual", "timeout-test", "fp8-combine", "help"});
   MultiGpuBenchOptions o;
   o.ranks = static_cast<int>(opt.get_int("ranks", 1));
   if (o.ranks < 1 || o.ranks > 8) {
@@ -68,6 +69,7 @@ MultiGpuBenchOptions parse_multi_gpu_options(Args args) {
     if (t < 1) throw_invalid("--tokens", "token counts per rank must be >= 1", std::to_string(t));
   }
   o.check_virtual = opt.has("check-virtual");
+  o.fp8_combine = opt.has("fp8-combine");
   o.timeout_test = opt.has("timeout-test");
   if (o.timeout_test && o.ranks < 2) {
     throw_invalid("--timeout-test", "needs --ranks >= 2 (a rank must be missing)",

@@ -245,18 +245,29 @@ std::string compare_with_virtual(const std::vector<std::string>& gathered,
 
 }  // namespace
 
-double nvlink_payload_bytes(std::int64_t hidden, std::int64_t remote_in) {
-  const double per_route = static_cast<double>(hidden / 2 + hidden / 16 + 8 + 2 * hidden);
+namespace {
+
+// Bytes of one result row in a combine slot: bf16, or e4m3 codes and an f32 scale per 128.
+std::int64_t combine_row_bytes(std::int64_t hidden, bool fp8_combine) {
+  return fp8_combine ? hidden + 4 * (hidden / 128) : 2 * hidden;
+}
+
+}  // namespace
+
+double nvlink_payload_bytes(std::int64_t hidden, std::int64_t remote_in, bool fp8_combine) {
+  const double per_route =
+      static_cast<double>(hidden / 2 + hidden / 16 + 8 + combine_row_bytes(hidden, fp8_combine));
   return per_route * static_cast<double>(remote_in);
 }
 
 double nvlink_kernel_bytes_model(std::int64_t hidden, std::int64_t inter, int top_k, int ranks,
-                                 std::int64_t tokens, int ctas, std::int64_t remote_in) {
+                                 std::int64_t tokens, int ctas, std::int64_t remote_in,
+                                 bool fp8_combine) {
   const double rows = static_cast<double>(remote_in);
   const double fc1_reads =
       rows * static_cast<double>(inter / 32) * static_cast<double>(hidden / 2 + hidden / 16);
   const double route_meta = rows * 8.0;
-  const double combine = rows * 2.0 * static_cast<double>(hidden);
+  const double combine = rows * static_cast<double>(combine_row_bytes(hidden, fp8_combine));
   const double phase0 =
       static_cast<double>(ctas) * (ranks - 1) * static_cast<double>(tokens) * top_k * 4.0;
   return fc1_reads + route_meta + combine + phase0;
@@ -278,10 +289,11 @@ int run_bench_rank(const MultiGpuBenchOptions& o, RankChannel& ch) {
     char head[512];
     std::snprintf(head, sizeof(head),
                   "# megamoe bench --ranks %d: NVFP4 MegaMoE, one process per GPU (nccl provider)"
-                  "\n\n%s, driver %d, NCCL %d, seed %llu, routing %s, %d calls per graph, median "
-                  "of %d\n\n",
+                  "\n\n%s, driver %d, NCCL %d, seed %llu, routing %s, %s combine slots, %d calls "
+                  "per graph, median of %d\n\n",
                   R, props.name.c_str(), props.driver_version, nccl::library().version,
-                  static_cast<unsigned long long>(o.seed), o.routing.c_str(), o.iters, o.reps);
+                  static_cast<unsigned long long>(o.seed), o.routing.c_str(),
+                  o.fp8_combine ? "fp8" : "bf16", o.iters, o.reps);
     table.row(head, "");
     table.row(
         "| preset | R | T/rank | BLOCK_M | us/call (slowest rank) | remote routes in (max rank) | "
@@ -296,6 +308,7 @@ int run_bench_rank(const MultiGpuBenchOptions& o, RankChannel& ch) {
     c.shape = find_preset(preset_name).shape;
     c.num_ranks = R;
     c.max_tokens_per_rank = t_max;
+    c.fp8_combine = o.fp8_combine;
     ch.phase(preset_name + ": buffer");
     const SymmBuffer buffer = get_symm_buffer_for_mega_moe(c, "nccl", comm);
     ch.phase(preset_name + ": weights");
@@ -366,9 +379,10 @@ int run_bench_rank(const MultiGpuBenchOptions& o, RankChannel& ch) {
         if (check != "DIFFERS") check = "FAILED";
       }
       const std::int64_t rin = *std::max_element(rc.remote_in.begin(), rc.remote_in.end());
-      const double payload = nvlink_payload_bytes(c.shape.hidden, rin);
-      const double kernel = nvlink_kernel_bytes_model(c.shape.hidden, c.shape.intermediate,
-                                                      c.shape.top_k, R, T, get_num_sms(), rin);
+      const double payload = nvlink_payload_bytes(c.shape.hidden, rin, c.fp8_combine);
+      const double kernel =
+          nvlink_kernel_bytes_model(c.shape.hidden, c.shape.intermediate, c.shape.top_k, R, T,
+                                    get_num_sms(), rin, c.fp8_combine);
       const double s = slowest * 1e-3;
       char md[512], csv[512];
       std::snprintf(md, sizeof(md),

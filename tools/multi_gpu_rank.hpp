@@ -21,6 +21,7 @@ struct MultiGpuBenchOptions {
   int iters = 20;                   // MoE calls per timed graph
   int reps = 11;                    // timed graph launches (median)
   std::string routing = "uniform";  // uniform | zipf | masked20
+  bool fp8_combine = false;         // config.fp8_combine: e4m3 combine slots (half the bytes)
   std::int64_t group_timeout_ms = 600000;
   std::int64_t peer_timeout_ms = 2000;  // MEGAMOE_PEER_TIMEOUT_MS of the timeout test
   std::string out_prefix;               // rank 0 writes <prefix>.md and <prefix>.csv
@@ -36,11 +37,12 @@ int run_bench_rank(const MultiGpuBenchOptions& options, runtime::RankChannel& ch
 
 // NVLink bytes of one call, per rank that owns `remote_in` routes of other ranks' tokens:
 // payload = x row (H/2) + its UE4M3 scales (H/16) + global scale and route weight (8) pulled,
-// plus the bf16 result row (2H) pushed back.
-double nvlink_payload_bytes(std::int64_t hidden, std::int64_t remote_in);
+// plus the result row pushed back: bf16 (2H), or with FP8 slots e4m3 (H) and an f32 scale per 128.
+double nvlink_payload_bytes(std::int64_t hidden, std::int64_t remote_in, bool fp8_combine);
 // The current kernel's NVLink traffic, modelled: FC1 re-reads each remote token row once per
 // 32-column tile (I/32 times), phase 0 of every CTA scans every peer's topk_idx.
 double nvlink_kernel_bytes_model(std::int64_t hidden, std::int64_t inter, int top_k, int ranks,
-                                 std::int64_t tokens, int ctas, std::int64_t remote_in);
+                                 std::int64_t tokens, int ctas, std::int64_t remote_in,
+                                 bool fp8_combine);
 
 }  // namespace megamoe::tool

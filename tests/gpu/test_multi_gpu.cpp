@@ -151,6 +151,19 @@ TEST_F(MultiGpu, AcrossGpusBitwiseEqualToVirtualRanks) {
   EXPECT_EQ(count_of(r.output, "DIFFERS"), 0) << r.output;
 }
 
+// FP8 combine slots across GPUs: T = 1 (the pipelined kernel) and 128 per rank (the wide one at
+// R = 2), every rank's output bitwise equal to R virtual ranks on one GPU.
+TEST_F(MultiGpu, AcrossGpusFp8CombineBitwiseEqualToVirtualRanks) {
+  if (!have_two_gpus()) GTEST_SKIP() << "needs >= 2 GPUs, found " << gpus_;
+  const ToolRun r = run_tool(
+      "bench --ranks 2 --preset dsv4-flash --tokens 1,128 --fp8-combine --check-virtual "
+      "--iters 2 --reps 3");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("fp8 combine slots"), std::string::npos) << r.output;
+  EXPECT_EQ(count_of(r.output, "bitwise equal"), 2) << r.output;
+  EXPECT_EQ(count_of(r.output, "DIFFERS"), 0) << r.output;
+}
+
 TEST_F(MultiGpu, AMissingRankTimesOutNamingRankAndPhase) {
   if (!have_two_gpus()) GTEST_SKIP() << "needs >= 2 GPUs, found " << gpus_;
   const int ranks = 2;
