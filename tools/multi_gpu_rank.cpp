@@ -243,10 +243,6 @@ std::string compare_with_virtual(const std::vector<std::string>& gathered,
   std::_Exit(ok ? 0 : 1);
 }
 
-}  // namespace
-
-namespace {
-
 // Bytes of one result row in a combine slot: bf16, or e4m3 codes and an f32 scale per 128.
 std::int64_t combine_row_bytes(std::int64_t hidden, bool fp8_combine) {
   return fp8_combine ? hidden + 4 * (hidden / 128) : 2 * hidden;

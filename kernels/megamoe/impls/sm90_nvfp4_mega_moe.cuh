@@ -419,9 +419,9 @@ MEGAMOE_DEVICE void fc2_store_bf16_slots(const Nvfp4MoeArgs& a, const S& s, u16*
 // Phase 3: out[t] = bf16(sum over the token's live routes, in k order, of its combine slots),
 // f32; `rows` tokens of this rank over its CTAs. FP8C: slots hold e4m3 codes with an f32 scale
 // per 128 values, dequantized (code value x scale, the values by the hardware's exact e4m3 -> f16
-// conversion) before the sum. A thread asks for all K ids,
-// then for every live route's slot, then sums: two round trips to L2. (Loading each slot inside
-// its route's branch put every load behind the previous route's sum: K + 1 in a row.)
+// conversion) before the sum. A thread asks for all K ids, then for every live route's slot, then
+// sums: two round trips to L2. (Loading each slot inside its route's branch put every load behind
+// the previous route's sum: K + 1 in a row.)
 template <int H, int K, int EL, int R, int TMAX, int THREADS, int FP8C>
 MEGAMOE_DEVICE void combine_rank_tokens(const Nvfp4MoeArgs& a, u8* mine, int rank, int rows,
                                         int cta_in_rank, int nctas) {
