@@ -471,15 +471,20 @@ TEST_F(Nvfp4MegaMoe, SkewedRoutingClampAndSwizzledScales) {
   run_case(c);
 }
 
-TEST_F(Nvfp4MegaMoe, DsV4FlashWidths) {
+// dsv4-flash's H, I and top-k over 16 experts, 20 % masked routes.
+Case dsv4_flash_widths(std::int64_t tokens) {
   Case c;
   c.hidden = 4096;
   c.inter = 2048;
   c.experts = 16;
   c.top_k = 6;
-  c.tokens = 24;
+  c.tokens = tokens;
   c.routing = Routing::masked;
-  run_case(c);
+  return c;
+}
+
+TEST_F(Nvfp4MegaMoe, DsV4FlashWidths) {
+  run_case(dsv4_flash_widths(24));
 }
 
 // Stages of two blocks per consumer warp (the default when H / 128 and I / 128 divide by twice
@@ -529,6 +534,20 @@ TEST_F(Nvfp4MegaMoe, StageBlocksAndExchangeBuffers) {
   run_case(four);
 }
 
+// A case of the wide-kernel shape list (tests/support/nvfp4_wide_test_shapes.hpp).
+Case case_of(const test::WideTestShape& sh) {
+  Case c;
+  c.hidden = sh.hidden;
+  c.inter = sh.inter;
+  c.ranks = sh.ranks;
+  c.tokens = sh.tokens;
+  using WR = test::WideTestShape::Routing;
+  c.routing = sh.routing == WR::zipf     ? Routing::zipf
+              : sh.routing == WR::masked ? Routing::masked
+                                         : Routing::uniform;
+  return c;
+}
+
 // The wide kernel (the default from BLOCK_M 16 on) at every sub-tile width and stage width:
 // BLOCK_M 8 (forced), 16, 32 and 128 (sub-tiles of 8, 16, 32 and 32 tokens; skewed routing gives
 // experts several sub-tiles and short last ones), one and two ranks; the default stages (512 k
@@ -545,15 +564,7 @@ TEST_F(Nvfp4MegaMoe, WideKernelSubTilesAndStages) {
     for (int buffers : {2, 1, 0}) {
       test::ScopedEnv result_buffers("MEGAMOE_NVFP4_REDUCE_BUFFERS", std::to_string(buffers));
       for (const test::WideTestShape& sh : test::kWideTestShapes) {
-        Case c;
-        c.hidden = sh.hidden;
-        c.inter = sh.inter;
-        c.ranks = sh.ranks;
-        c.tokens = sh.tokens;
-        using WR = test::WideTestShape::Routing;
-        c.routing = sh.routing == WR::zipf     ? Routing::zipf
-                    : sh.routing == WR::masked ? Routing::masked
-                                               : Routing::uniform;
+        const Case c = case_of(sh);
         const MoEConfig config = config_of(c);
         try {
           runtime::nvfp4_launch_shape(config, get_block_m_for_mega_moe(config, c.tokens));
@@ -581,31 +592,13 @@ TEST_F(Nvfp4MegaMoe, WideKernelFp8CombineMatchesPipelined) {
     GTEST_SKIP() << "compares two versions; MEGAMOE_NVFP4_KERNEL forces one";
   }
   std::vector<Case> cases;
-  for (const test::WideTestShape& sh : test::kWideTestShapes) {
-    Case c;
-    c.hidden = sh.hidden;
-    c.inter = sh.inter;
-    c.ranks = sh.ranks;
-    c.tokens = sh.tokens;
-    using WR = test::WideTestShape::Routing;
-    c.routing = sh.routing == WR::zipf     ? Routing::zipf
-                : sh.routing == WR::masked ? Routing::masked
-                                           : Routing::uniform;
-    cases.push_back(c);
-  }
+  for (const test::WideTestShape& sh : test::kWideTestShapes) cases.push_back(case_of(sh));
   Case four;
   four.ranks = 4;
   four.tokens = 40;
   four.routing = Routing::masked;
   cases.push_back(four);
-  Case dsv4;
-  dsv4.hidden = 4096;
-  dsv4.inter = 2048;
-  dsv4.experts = 16;
-  dsv4.top_k = 6;
-  dsv4.tokens = 40;
-  dsv4.routing = Routing::masked;
-  cases.push_back(dsv4);
+  cases.push_back(dsv4_flash_widths(40));
   int compared = 0;
   for (Case c : cases) {
     c.fp8_combine = true;
