@@ -55,7 +55,8 @@ struct Nvfp4LaunchShape {
 // where they fit beside them, else one, else none: FC1's warp pairs then exchange two 8-token
 // groups at a time through an 8 KB region; FC2 units store from registers
 // (MEGAMOE_NVFP4_REDUCE_BUFFERS=0|1|2 overrides).
-// Unsupported without the plan's "token_f16" (FP8 combine, H or I not a multiple of 256).
+// Unsupported without the plan's "token_f16" (H or I not a multiple of 256); FP8 combine slots
+// as well as bf16 ones.
 Nvfp4LaunchShape nvfp4_launch_shape(const MoEConfig& config, int block_m,
                                     Nvfp4KernelVersion version);
 Nvfp4LaunchShape nvfp4_launch_shape(const MoEConfig& config, int block_m);
