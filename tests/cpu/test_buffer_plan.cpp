@@ -10,6 +10,7 @@
 #include "megamoe/buffer.hpp"
 #include "megamoe/heuristics.hpp"
 #include "megamoe/presets.hpp"
+#include "preset_config.hpp"
 #include "validation_test_support.hpp"
 
 namespace megamoe {
@@ -17,15 +18,6 @@ namespace {
 
 std::size_t align128(std::size_t v) {
   return (v + 127) / 128 * 128;
-}
-
-// A preset's shape with the default formats, `ranks` ranks and T_max tokens per rank.
-MoEConfig preset_config(const char* name, int ranks, std::int64_t t_max) {
-  MoEConfig c;
-  c.shape = find_preset(name).shape;
-  c.num_ranks = ranks;
-  c.max_tokens_per_rank = t_max;
-  return c;
 }
 
 // nvfp4 x nvfp4, H=256, I=128, E=4 (2 per rank), K=2, R=2, T_max=4. Every t <= 4 has
@@ -252,7 +244,7 @@ TEST(BufferPlan, PoolRowsEqualBruteForceWorstCase) {
 // The point of regime-aware sizing: a production shape needs fewer rows than the worst
 // BLOCK_M's worst case at T_max (the largest tile pads most).
 TEST(BufferPlan, ReachableRegimesOnly) {
-  const MoEConfig c = preset_config("h6144-e256-k8", 8, 128);
+  const MoEConfig c = test::preset_config("h6144-e256-k8", 8, 128);
   const SymmBufferPlan p = plan_symm_buffer(c);
   // t <= 128 -> expected tokens per expert <= 32 -> BLOCK_M 32; 32 local experts get at most
   // 8192 routes: 32 first tiles + (8192 - 32) / 32 = 255 more -> 287 tiles of 32 rows.
@@ -267,7 +259,7 @@ TEST(BufferPlan, TokenF16HoldsEveryChunkLayout) {
   for (const char* name : {"dsv4-flash", "h6144-e256-k8", "qwen3-235b", "dsv3"}) {
     for (int ranks : {1, 8}) {
       for (std::int64_t t_max : {std::int64_t{1}, std::int64_t{512}, std::int64_t{4096}}) {
-        MoEConfig c = preset_config(name, ranks, t_max);
+        MoEConfig c = test::preset_config(name, ranks, t_max);
         const SymmBufferPlan p = plan_symm_buffer(c);
         SCOPED_TRACE(describe(c));
         ASSERT_EQ(p.has("token_f16"), plan_has_token_f16(c));
@@ -288,7 +280,7 @@ TEST(BufferPlan, TokenF16HoldsEveryChunkLayout) {
 // A launch's BLOCK_M must fit the pools the plan sized: always so under the heuristic (every token
 // count, its BLOCK_M), not when MEGAMOE_BLOCK_M changed after planning.
 TEST(BufferPlan, LaunchBlockMMustFitThePools) {
-  const MoEConfig c = preset_config("dsv4-flash", 2, 512);
+  const MoEConfig c = test::preset_config("dsv4-flash", 2, 512);
   const SymmBufferPlan plan = plan_symm_buffer(c);
   for (std::int64_t t = 1; t <= c.max_tokens_per_rank; ++t) {
     EXPECT_NO_THROW(check_pools_fit(plan, t, get_block_m_for_mega_moe(c, t))) << "t = " << t;
@@ -328,7 +320,7 @@ TEST(BufferPlan, PlanCommandPrintsEveryRegion) {
   char buf[4096];
   while (std::size_t n = std::fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
   ASSERT_EQ(pclose(pipe), 0) << out;
-  MoEConfig c = preset_config("dsv4-flash", 4, 256);
+  MoEConfig c = test::preset_config("dsv4-flash", 4, 256);
   c.weight_format = Format::mxfp4;
   c.act_format = Format::fp8;
   const SymmBufferPlan p = plan_symm_buffer(c);

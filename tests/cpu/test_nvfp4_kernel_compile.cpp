@@ -12,6 +12,7 @@
 #include "megamoe/heuristics.hpp"
 #include "megamoe/presets.hpp"
 #include "nvfp4_wide_test_shapes.hpp"
+#include "preset_config.hpp"
 #include "runtime/kernel_registry.hpp"
 #include "runtime/nvfp4_mega_moe_kernels.hpp"
 
@@ -22,15 +23,6 @@ MoEConfig config(std::int64_t h, std::int64_t inter, std::int64_t e, int k, int 
                  std::int64_t t_max) {
   MoEConfig c;
   c.shape = {h, inter, e, k};
-  c.num_ranks = ranks;
-  c.max_tokens_per_rank = t_max;
-  return c;
-}
-
-// A named preset's shape (presets.hpp) over `ranks` ranks.
-MoEConfig preset_config(const char* name, int ranks, std::int64_t t_max) {
-  MoEConfig c;
-  c.shape = find_preset(name).shape;
   c.num_ranks = ranks;
   c.max_tokens_per_rank = t_max;
   return c;
@@ -122,7 +114,7 @@ TEST(Nvfp4KernelCompile, StageBlocksAndExchangeBufferShapes) {
 
 TEST(Nvfp4KernelCompile, DecodePresets) {
   for (const char* name : {"dsv4-flash", "h6144-e256-k8"}) {
-    MoEConfig c = preset_config(name, 1, 512);
+    MoEConfig c = test::preset_config(name, 1, 512);
     for (int bm : {8, 16}) compile_and_check(c, bm);
   }
 }
@@ -133,7 +125,7 @@ TEST(Nvfp4KernelCompile, DecodePresets) {
 TEST(Nvfp4KernelCompile, WideShapes) {
   const auto wide = runtime::Nvfp4KernelVersion::wide;
   for (const char* name : {"dsv4-flash", "h6144-e256-k8"}) {
-    MoEConfig c = preset_config(name, 1, 512);
+    MoEConfig c = test::preset_config(name, 1, 512);
     for (int bm : {8, 16, 32, 64, 128}) compile_one(c, bm, wide);
     EXPECT_EQ(runtime::nvfp4_kernel_version(c, 8), runtime::Nvfp4KernelVersion::pipelined);
     EXPECT_EQ(runtime::nvfp4_kernel_version(c, 16), wide);
@@ -176,11 +168,11 @@ TEST(Nvfp4KernelCompile, WideShapes) {
   for (int bm : reachable_block_ms(odd_width)) compile_one(odd_width, bm, wide);
   // The other presets the wide kernel takes (H, I multiples of 256): no GPU test runs them.
   for (const char* name : {"dsv3", "qwen3-235b"}) {
-    MoEConfig c = preset_config(name, 8, 4096);
+    MoEConfig c = test::preset_config(name, 8, 4096);
     for (int bm : {16, 32}) compile_one(c, bm, wide);
   }
   for (const char* name : {"dsv4-flash", "h6144-e256-k8"}) {
-    MoEConfig c = preset_config(name, 1, 512);
+    MoEConfig c = test::preset_config(name, 1, 512);
     // 512-k stages: two beside 16-token sub-tiles with two FC1 exchange buffers, two beside 32
     // with the small exchange region.
     const runtime::Nvfp4LaunchShape sixteen = runtime::nvfp4_launch_shape(c, 16, wide);
@@ -225,7 +217,7 @@ TEST(Nvfp4KernelCompile, Fp8CombineBuildsWithPipelinedAndWide) {
   const auto wide = runtime::Nvfp4KernelVersion::wide;
   for (const char* name : {"dsv4-flash", "h6144-e256-k8"}) {
     for (int ranks : {1, 2}) {
-      MoEConfig c = preset_config(name, ranks, 512);
+      MoEConfig c = test::preset_config(name, ranks, 512);
       c.fp8_combine = true;
       for (int bm : {8, 16}) {
         compile_one(c, bm, pipelined);
@@ -318,7 +310,7 @@ void check_smem_mirror(const MoEConfig& c, int block_m, runtime::Nvfp4KernelVers
 TEST(Nvfp4KernelCompile, HostSharedMemoryMirrorsTheKernelStructs) {
   for (const char* name : {"dsv4-flash", "h6144-e256-k8"}) {
     for (bool fp8 : {false, true}) {
-      MoEConfig c = preset_config(name, 1, 512);
+      MoEConfig c = test::preset_config(name, 1, 512);
       c.fp8_combine = fp8;
       for (int bm : {8, 16}) {
         check_smem_mirror(c, bm, runtime::Nvfp4KernelVersion::pipelined);
