@@ -7,6 +7,7 @@
 #include "jit/selftest_kernel.hpp"
 #include "megamoe/error.hpp"
 #include "runtime/nvfp4_mega_moe_kernels.hpp"
+#include "runtime/nvfp4_weight_transform_kernels.hpp"
 #include "runtime/register_pre_dispatch.hpp"
 
 namespace megamoe::runtime {
@@ -17,6 +18,7 @@ std::vector<KernelFamily> builtin_families() {
       {"selftest", selftest_kernels},
       {"nvfp4_mega_moe", nvfp4_mega_moe_kernels},
       {"pre_dispatch", pre_dispatch_family},
+      {"nvfp4_weight_transform", nvfp4_weight_transform_kernels},
   };
 }
 

@@ -51,6 +51,22 @@ CUfunction load(const jit::CompiledKernel& kernel) {
   return function;
 }
 
+CUfunction load_cached(const jit::KernelRequest& request) {
+  static std::mutex mutex;
+  static std::map<std::pair<CUcontext, std::string>, CUfunction> by_entry;
+  CUcontext context = nullptr;
+  MEGAMOE_CU(cuda::driver().cuCtxGetCurrent(&context));
+  const auto id = std::make_pair(context, request.entry);
+  {
+    const std::lock_guard lock(mutex);
+    if (const auto it = by_entry.find(id); it != by_entry.end()) return it->second;
+  }
+  const CUfunction function = load(*jit::compile(request));
+  const std::lock_guard lock(mutex);
+  by_entry.emplace(id, function);
+  return function;
+}
+
 void ensure_dynamic_smem(CUfunction function, std::size_t bytes) {
   // Below the default 48 KB no attribute is needed.
   if (bytes <= 48 * 1024) return;

@@ -15,6 +15,12 @@ namespace megamoe::runtime {
 // and stay loaded for the life of the process (launches may be captured in CUDA graphs).
 CUfunction load(const jit::CompiledKernel& kernel);
 
+// The function of `request` in the current context: compiled (jit::compile) and loaded on the
+// first call per (context, entry), remembered after it, so that launch paths called often do not
+// re-hash the kernel sources (jit::compile's key) every time. The entry name must hold every
+// template argument (it is the cache key).
+CUfunction load_cached(const jit::KernelRequest& request);
+
 // Raises the function's dynamic shared memory limit to at least `bytes` (needed above 48 KB).
 // Remembers what it set, so repeated calls cost a map lookup.
 void ensure_dynamic_smem(CUfunction function, std::size_t bytes);

@@ -1,96 +1,128 @@
 // Checkpoint layout -> kernel layout of NVFP4 expert weights (docs/nvfp4_kernel.md, "Weight
-// transform"). Host-staged for now: the tensors are copied to the host, reordered by the CPU
-// layout functions and copied back, synchronously (a load-time operation; `stream` is honoured
-// only as the ordering point: it is synchronized first).
+// transform"), and the scale-layout transform: validation, then kernels and copies enqueued on
+// the caller's stream (kernels/megamoe/impls/sm90_nvfp4_weight_transform.cuh,
+// sm90_ue4m3_scale_unswizzle.cuh). Nothing waits: the inputs must stay valid until the stream
+// has passed them.
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <string>
-#include <thread>
 #include <utility>
-#include <vector>
 
 #include "core/validate.hpp"
 #include "megamoe/error.hpp"
 #include "megamoe/formats.hpp"
 #include "megamoe/nvfp4_mega_moe.hpp"
 #include "runtime/cuda_driver.hpp"
-#include "runtime/nvfp4_kernel_layout.hpp"
+#include "runtime/module.hpp"
+#include "runtime/nvfp4_weight_transform_kernels.hpp"
 
 namespace megamoe {
+namespace runtime {
 namespace {
 
-CUdeviceptr dptr(const void* p) {
-  return reinterpret_cast<CUdeviceptr>(p);
+// Host mirror of megamoe::device::Nvfp4WeightTransformParams (same member order and types).
+struct Nvfp4WeightTransformParams {
+  const std::uint8_t* packed;
+  const std::uint8_t* scales;
+  std::uint8_t* q;
+  std::uint8_t* q_scales;
+  std::int64_t experts;
+  std::int64_t rows;
+  std::int64_t k;
+  std::int64_t intermediate;
+  std::int64_t scale_expert_bytes;
+  std::int32_t w13;
+  std::int32_t swizzled;
+};
+
+// Host mirror of megamoe::device::ScaleUnswizzleParams.
+struct ScaleUnswizzleParams {
+  const std::uint8_t* swizzled;
+  std::uint8_t* out;
+  std::int64_t mats, rows, cols;
+};
+
+constexpr unsigned kTransformWarpsPerCta = 8;  // device kWeightTransformWarps
+constexpr unsigned kUnswizzleThreads = 256;
+// Grid-stride loops: more CTAs than this only add scheduling work.
+constexpr std::int64_t kMaxCtas = 1 << 16;
+
+CUstream stream_of(Stream stream) {
+  // The null handle names the legacy default stream; pass it by its explicit handle.
+  return stream != nullptr ? static_cast<CUstream>(stream) : CU_STREAM_LEGACY;
 }
 
-std::vector<std::uint8_t> download(const TensorView& t) {
-  std::vector<std::uint8_t> host(t.nbytes());
-  if (!host.empty())
-    MEGAMOE_CU(cuda::driver().cuMemcpyDtoH(host.data(), dptr(t.data), host.size()));
-  return host;
+unsigned ctas_for(std::int64_t work, std::int64_t per_cta) {
+  return static_cast<unsigned>(
+      std::clamp<std::int64_t>((work + per_cta - 1) / per_cta, 1, kMaxCtas));
 }
 
-void upload(const TensorView& t, const std::vector<std::uint8_t>& host) {
-  if (!host.empty())
-    MEGAMOE_CU(cuda::driver().cuMemcpyHtoD(dptr(t.data), host.data(), host.size()));
+void copy_device(const TensorView& dst, const TensorView& src, CUstream stream) {
+  if (src.nbytes() == 0) return;
+  MEGAMOE_CU(cuda::driver().cuMemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(dst.data),
+                                              reinterpret_cast<CUdeviceptr>(src.data), src.nbytes(),
+                                              stream));
 }
 
-void copy_device(const TensorView& dst, const TensorView& src) {
-  MEGAMOE_CU(
-      cuda::driver().cuMemcpyDtoDAsync(dptr(dst.data), dptr(src.data), src.nbytes(), nullptr));
+// One matrix ([E_l, rows, k] weights) of every local expert.
+void launch_transform(const TensorView& packed, const TensorView& scales, ScaleLayout layout,
+                      const TensorView& q, const TensorView& q_scales, std::int64_t experts,
+                      std::int64_t rows, std::int64_t k, std::int64_t intermediate, bool w13,
+                      CUstream stream) {
+  const bool swizzled = layout == ScaleLayout::swizzled_128x4;
+  Nvfp4WeightTransformParams p{};
+  p.packed = packed.ptr<const std::uint8_t>();
+  p.scales = scales.ptr<const std::uint8_t>();
+  p.q = q.ptr<std::uint8_t>();
+  p.q_scales = q_scales.ptr<std::uint8_t>();
+  p.experts = experts;
+  p.rows = rows;
+  p.k = k;
+  p.intermediate = intermediate;
+  p.scale_expert_bytes = swizzled ? formats::swizzled_128x4_size(rows, k / 16) : rows * (k / 16);
+  p.w13 = w13 ? 1 : 0;
+  p.swizzled = swizzled ? 1 : 0;
+  const std::int64_t items = experts * (rows / 16) * (k / 128);  // one warp each
+  LaunchConfig cfg;
+  cfg.grid = {ctas_for(items, kTransformWarpsPerCta), 1, 1};
+  cfg.block = {32 * kTransformWarpsPerCta, 1, 1};
+  cfg.stream = stream;
+  launch_kernel(load_cached(nvfp4_weight_transform_request()), cfg, p);
 }
+
+}  // namespace
+
+jit::KernelRequest nvfp4_weight_transform_request() {
+  jit::KernelRequest r;
+  r.name = "sm90_nvfp4_weight_transform";
+  r.source = "#include \"megamoe/impls/sm90_nvfp4_weight_transform.cuh\"\n";
+  r.entry = "megamoe::device::nvfp4_weight_transform_kernel";
+  r.arch = "sm_90a";
+  r.arguments = "none (shapes at run time)";
+  return r;
+}
+
+jit::KernelRequest ue4m3_scale_unswizzle_request() {
+  jit::KernelRequest r;
+  r.name = "sm90_ue4m3_scale_unswizzle";
+  r.source = "#include \"megamoe/impls/sm90_ue4m3_scale_unswizzle.cuh\"\n";
+  r.entry = "megamoe::device::ue4m3_scale_unswizzle_kernel";
+  r.arch = "sm_90a";
+  r.arguments = "none (shapes at run time)";
+  return r;
+}
+
+std::vector<jit::KernelRequest> nvfp4_weight_transform_kernels(const MoEConfig& config) {
+  if (config.weight_format != Format::nvfp4) return {};
+  return {nvfp4_weight_transform_request(), ue4m3_scale_unswizzle_request()};
+}
+
+}  // namespace runtime
+
+namespace {
 
 Device current_device() {
   return Device{DeviceKind::cuda, 0};
-}
-
-// Row-major [rows, cols] scales of expert e from either checkpoint layout.
-std::vector<std::uint8_t> row_major_scales(const std::vector<std::uint8_t>& all, ScaleLayout layout,
-                                           std::int64_t e, std::int64_t rows, std::int64_t cols) {
-  std::vector<std::uint8_t> out(static_cast<std::size_t>(rows * cols));
-  if (layout == ScaleLayout::row_major) {
-    const auto* src = all.data() + e * rows * cols;
-    std::copy(src, src + rows * cols, out.begin());
-    return out;
-  }
-  const std::int64_t per_expert = formats::swizzled_128x4_size(rows, cols);
-  const std::span<const std::uint8_t> sw(all.data() + e * per_expert,
-                                         static_cast<std::size_t>(per_expert));
-  formats::unswizzle_128x4(sw, rows, cols, out);
-  return out;
-}
-
-void transform_matrix(runtime::nvfp4_layout::Matrix m, const MoEConfig& c, const TensorView& q_in,
-                      const TensorView& sf_in, ScaleLayout layout, const TensorView& q_out,
-                      const TensorView& sf_out, std::int64_t rows, std::int64_t k) {
-  const std::int64_t e_local = c.experts_per_rank();
-  const std::vector<std::uint8_t> q = download(q_in);
-  const std::vector<std::uint8_t> sf = download(sf_in);
-  std::vector<std::uint8_t> oq(static_cast<std::size_t>(e_local * rows * k / 2));
-  std::vector<std::uint8_t> osf(static_cast<std::size_t>(e_local * rows * k / 16));
-  // Experts are independent (disjoint outputs): one worker thread per hardware thread.
-  std::atomic<std::int64_t> next{0};
-  auto work = [&] {
-    for (std::int64_t e = next++; e < e_local; e = next++) {
-      const std::vector<std::uint8_t> sf_e = row_major_scales(sf, layout, e, rows, k / 16);
-      const auto qn = static_cast<std::size_t>(rows * k / 2);
-      const auto sn = static_cast<std::size_t>(rows * k / 16);
-      runtime::nvfp4_layout::encode_expert(
-          m, c.shape.intermediate, rows, k,
-          std::span<const std::uint8_t>(q.data() + static_cast<std::size_t>(e) * qn, qn), sf_e,
-          std::span<std::uint8_t>(oq.data() + static_cast<std::size_t>(e) * qn, qn),
-          std::span<std::uint8_t>(osf.data() + static_cast<std::size_t>(e) * sn, sn));
-    }
-  };
-  const auto workers = static_cast<std::int64_t>(
-      std::min<std::int64_t>(e_local, std::max(1u, std::thread::hardware_concurrency())));
-  std::vector<std::thread> pool;
-  for (std::int64_t w = 1; w < workers; ++w) pool.emplace_back(work);
-  work();
-  for (std::thread& t : pool) t.join();
-  upload(q_out, oq);
-  upload(sf_out, osf);
 }
 
 }  // namespace
@@ -114,17 +146,17 @@ void transform_weights_for_mega_moe(const MoEConfig& config, const Nvfp4Checkpoi
   validate::validate_nvfp4_checkpoint_weights(config, in, device, "in");
   validate::validate_nvfp4_kernel_weights(config, out, nvfp4_kernel_weight_bytes(config), device,
                                           "out");
-  const cuda::Driver& d = cuda::driver();
-  MEGAMOE_CU(d.cuStreamSynchronize(static_cast<CUstream>(stream)));
+  cuda::driver();  // the context the tensors live in
+  const CUstream s = runtime::stream_of(stream);
+  const std::int64_t e = config.experts_per_rank();
   const std::int64_t h = config.shape.hidden, inter = config.shape.intermediate;
-  using runtime::nvfp4_layout::Matrix;
-  transform_matrix(Matrix::w13, config, in.w13, in.w13_sf, in.sf_layout, out.w13, out.w13_sf,
-                   2 * inter, h);
-  transform_matrix(Matrix::w2, config, in.w2, in.w2_sf, in.sf_layout, out.w2, out.w2_sf, h, inter);
-  copy_device(out.fc1_alpha, in.w13_global);
-  copy_device(out.fc2_alpha, in.w2_global);
-  copy_device(out.fc2_input_scale, in.fc2_input_scale);
-  MEGAMOE_CU(d.cuCtxSynchronize());
+  runtime::launch_transform(in.w13, in.w13_sf, in.sf_layout, out.w13, out.w13_sf, e, 2 * inter, h,
+                            inter, /*w13=*/true, s);
+  runtime::launch_transform(in.w2, in.w2_sf, in.sf_layout, out.w2, out.w2_sf, e, h, inter, inter,
+                            /*w13=*/false, s);
+  runtime::copy_device(out.fc1_alpha, in.w13_global, s);
+  runtime::copy_device(out.fc2_alpha, in.w2_global, s);
+  runtime::copy_device(out.fc2_input_scale, in.fc2_input_scale, s);
 }
 
 void transform_ue4m3_sf_into_required_layout(const TensorView& in, ScaleLayout from,
@@ -139,9 +171,13 @@ void transform_ue4m3_sf_into_required_layout(const TensorView& in, ScaleLayout f
     validate::check_contiguous(*t, name);
     validate::check_device(*t, name, device);
   }
+  if (from != ScaleLayout::row_major && from != ScaleLayout::swizzled_128x4) {
+    throw_invalid("from", "must be row_major or swizzled_128x4",
+                  std::to_string(static_cast<int>(from)));
+  }
   if (out.ndim < 2) throw_invalid("out", "must be [rows, cols] or [experts, rows, cols]");
   const std::int64_t rows = out.size(-2), cols = out.size(-1);
-  const std::int64_t mats = out.numel() / (rows * cols);
+  const std::int64_t mats = rows * cols == 0 ? 0 : out.numel() / (rows * cols);
   const std::int64_t per =
       from == ScaleLayout::row_major ? rows * cols : formats::swizzled_128x4_size(rows, cols);
   if (in.nbytes() != static_cast<std::size_t>(mats * per)) {
@@ -150,14 +186,20 @@ void transform_ue4m3_sf_into_required_layout(const TensorView& in, ScaleLayout f
                       out.shape_string() + " in the given layout",
                   std::to_string(in.nbytes()));
   }
-  MEGAMOE_CU(cuda::driver().cuStreamSynchronize(static_cast<CUstream>(stream)));
-  const std::vector<std::uint8_t> all = download(in);
-  std::vector<std::uint8_t> result(static_cast<std::size_t>(mats * rows * cols));
-  for (std::int64_t e = 0; e < mats; ++e) {
-    const std::vector<std::uint8_t> m = row_major_scales(all, from, e, rows, cols);
-    std::copy(m.begin(), m.end(), result.begin() + e * rows * cols);
+  if (mats == 0) return;
+  cuda::driver();  // the context the tensors live in
+  const CUstream s = runtime::stream_of(stream);
+  if (from == ScaleLayout::row_major) {
+    runtime::copy_device(out, in, s);
+    return;
   }
-  upload(out, result);
+  runtime::ScaleUnswizzleParams p{in.ptr<const std::uint8_t>(), out.ptr<std::uint8_t>(), mats, rows,
+                                  cols};
+  runtime::LaunchConfig cfg;
+  cfg.grid = {runtime::ctas_for(mats * rows * cols, runtime::kUnswizzleThreads), 1, 1};
+  cfg.block = {runtime::kUnswizzleThreads, 1, 1};
+  cfg.stream = s;
+  runtime::launch_kernel(runtime::load_cached(runtime::ue4m3_scale_unswizzle_request()), cfg, p);
 }
 
 }  // namespace megamoe

@@ -4,10 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <map>
-#include <mutex>
 #include <string>
-#include <tuple>
 
 #include "core/validate.hpp"
 #include "megamoe/error.hpp"
@@ -49,32 +46,6 @@ constexpr std::int64_t kPadEntriesPerThread = 16;
 // The FP4 row kernel (sm90_pre_dispatch_fp4_rows.cuh): kFp4RowsWarpsPerCta, kFp4RowsMaxSteps.
 constexpr std::int64_t kFp4RowsWarpsPerCta = 4;
 constexpr std::int64_t kFp4RowsMaxSteps = 16;
-
-struct FunctionKey {
-  std::string key;  // the entry name holds every template argument
-  CUcontext context;
-  bool operator<(const FunctionKey& o) const {
-    return std::tie(key, context) < std::tie(o.key, o.context);
-  }
-};
-
-// The loaded function for a request, compiled once per process (the JIT's own caches make the
-// compile cheap, but hashing the source on every launch would not be).
-CUfunction function_for(const jit::KernelRequest& request) {
-  static std::mutex mutex;
-  static std::map<FunctionKey, CUfunction> functions;
-  CUcontext ctx = nullptr;
-  MEGAMOE_CU(cuda::driver().cuCtxGetCurrent(&ctx));
-  const FunctionKey key{request.entry, ctx};
-  {
-    std::lock_guard lock(mutex);
-    if (auto it = functions.find(key); it != functions.end()) return it->second;
-  }
-  const CUfunction f = load(*jit::compile(request));
-  std::lock_guard lock(mutex);
-  functions.emplace(key, f);
-  return f;
-}
 
 template <typename T>
 T* at(void* base, std::size_t offset) {
@@ -212,7 +183,7 @@ void launch_pre_dispatch(const SymmBuffer& buffer, std::span<const PreDispatchIn
   for (const PreDispatchInputs& in : inputs) {
     const PreDispatchVariant variant{in.topk_idx.dtype == DType::i64, in.expert_scales.defined(),
                                      hw_e4m3, cta_per_row, fp4_warps_per_row};
-    const CUfunction function = function_for(pre_dispatch_request(c, variant));
+    const CUfunction function = load_cached(pre_dispatch_request(c, variant));
     const int threads = pre_dispatch_threads(c, variant);
     const int warps_per_row = pre_dispatch_fp4_warps_per_row(c, variant);
     const std::int64_t rows_per_cta = warps_per_row != 0 ? kFp4RowsWarpsPerCta / warps_per_row : 1;

@@ -15,6 +15,7 @@
 #include "preset_config.hpp"
 #include "runtime/kernel_registry.hpp"
 #include "runtime/nvfp4_mega_moe_kernels.hpp"
+#include "runtime/nvfp4_weight_transform_kernels.hpp"
 
 namespace megamoe {
 namespace {
@@ -337,6 +338,24 @@ TEST(Nvfp4KernelCompile, RegistryListsOneRequestPerReachableBlockM) {
   MoEConfig fp8 = c;
   fp8.weight_format = fp8.act_format = Format::fp8;
   EXPECT_TRUE(runtime::nvfp4_mega_moe_kernels(fp8).empty());
+}
+
+TEST(Nvfp4KernelCompile, WeightTransformFamilyIsShapeFreeAndCompilesWithoutSpills) {
+  // The layout kernels take their shapes at run time: one build for every NVFP4 configuration.
+  const auto small =
+      runtime::kernels_for(config(1024, 512, 32, 8, 2, 512), {"nvfp4_weight_transform"});
+  const auto large =
+      runtime::kernels_for(config(7168, 2048, 256, 8, 1, 64), {"nvfp4_weight_transform"});
+  ASSERT_EQ(small.size(), 2u);
+  ASSERT_EQ(large.size(), 2u);
+  for (std::size_t i = 0; i < small.size(); ++i) {
+    EXPECT_EQ(jit::cache_key(small[i]), jit::cache_key(large[i])) << small[i].name;
+    SCOPED_TRACE(small[i].name);
+    test::expect_no_spills(*jit::compile(small[i]));
+  }
+  MoEConfig mx = config(1024, 512, 32, 8, 2, 512);
+  mx.weight_format = mx.act_format = Format::mxfp4;
+  EXPECT_TRUE(runtime::nvfp4_weight_transform_kernels(mx).empty());
 }
 
 TEST(Nvfp4KernelCompile, TooWideShapesAreUnsupported) {

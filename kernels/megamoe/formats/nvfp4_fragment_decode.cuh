@@ -28,6 +28,11 @@ namespace megamoe::device::nvfp4 {
 
 inline constexpr float kWeightUnscale = 128.0f;  // 2^7: undoes the operand scaling above
 
+// The bit map above, per fragment register a0..a3 (the weight transform places nibbles by it;
+// runtime::nvfp4_layout keeps the host's copy, and the GPU test compares the two bytewise).
+inline constexpr int kWeightMagnitudeBit[4] = {9, 6, 0, 3};
+inline constexpr int kWeightSignBit[4] = {15, 12, 13, 14};
+
 struct HalfFragment {
   u32 a0, a1, a2, a3;
 };
@@ -68,6 +73,15 @@ MEGAMOE_DEVICE float ue4m3_value(u32 c) {
   if (c == 0x7Fu) return __uint_as_float(0x7FC00000u);
   if (e == 0u) return static_cast<float>(m) * 0x1p-9f;
   return __uint_as_float(((e + 120u) << 23) | (m << 20));
+}
+
+// The kernel layout's scale byte b for a checkpoint UE4M3 byte: the f16 with bits (b << 7) is
+// scale x 2^7 (normal for every nonzero scale, whose 3 mantissa bits land in f16 bits 7..9); the
+// sign bit carries no meaning, 0 stays 0 and the NaN code 0x7F becomes 0xFF (an f16 NaN).
+MEGAMOE_DEVICE u32 reencode_ue4m3(u32 code) {
+  const u32 c = code & 0x7Fu;
+  if (c == 0x7Fu) return 0xFFu;
+  return static_cast<u32>(ptx::f32_to_f16_rn(ue4m3_value(c) * 128.0f)) >> 7;
 }
 
 // 16 exact f16 products of one NVFP4 activation block (8 bytes of nibbles, one scale byte):
