@@ -146,6 +146,7 @@ TEST_F(Nvfp4WeightTransform, BytewiseEqualToCpuLayout) {
     c.shape.num_experts = s.experts * s.ranks;
     c.shape.top_k = 1;
     c.num_ranks = s.ranks;
+    c.max_tokens_per_rank = 64;
     c.weight_format = c.act_format = Format::nvfp4;
     const std::int64_t h = s.hidden, i = s.intermediate, el = s.experts;
 
