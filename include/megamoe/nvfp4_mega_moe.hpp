@@ -41,11 +41,14 @@ struct Nvfp4KernelWeightBytes {
 };
 Nvfp4KernelWeightBytes nvfp4_kernel_weight_bytes(const MoEConfig& config);
 
-// Checkpoint layout -> kernel layout, once at load time (device to device, on `stream`).
+// Checkpoint layout -> kernel layout, once at load time: kernels and copies enqueued on `stream`
+// (device to device, nothing on the host waits); `in` must stay valid until the stream has
+// passed the call. Bad arguments throw before anything is enqueued.
 void transform_weights_for_mega_moe(const MoEConfig& config, const Nvfp4CheckpointWeights& in,
                                     const Nvfp4KernelWeights& out, Stream stream);
 
-// UE4M3 scales [rows, cols] in `from` layout -> the layout the kernel reads (device).
+// UE4M3 scales [rows, cols] in `from` layout -> the layout the kernel reads (device, enqueued on
+// `stream` like the weight transform).
 void transform_ue4m3_sf_into_required_layout(const TensorView& in, ScaleLayout from,
                                              const TensorView& out, Stream stream);
 

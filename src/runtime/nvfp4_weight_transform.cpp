@@ -1,5 +1,5 @@
-// Checkpoint layout -> kernel layout of NVFP4 expert weights (docs/nvfp4_kernel.md, "Weight
-// transform"), and the scale-layout transform: validation, then kernels and copies enqueued on
+// Checkpoint layout -> kernel layout of NVFP4 expert weights (docs/nvfp4_kernel.md, "API" and
+// "Weight layout"), and the scale-layout transform: validation, then kernels and copies enqueued on
 // the caller's stream (kernels/megamoe/impls/sm90_nvfp4_weight_transform.cuh,
 // sm90_ue4m3_scale_unswizzle.cuh). Nothing waits: the inputs must stay valid until the stream
 // has passed them.

@@ -31,9 +31,8 @@ jit::KernelRequest pre_dispatch_request(const MoEConfig& config, const PreDispat
 std::vector<jit::KernelRequest> pre_dispatch_kernels(const MoEConfig& config);
 
 // Warps per row of the FP4 row kernel that `variant` of `config` runs, 0 for the one-CTA-per-row
-// kernel. Default (measured, bench/results/2026-11-29-pre-dispatch.md): NVFP4 one warp per row
-// (equal at H = 7168, +16 % at H = 4096), MXFP4 one CTA per row (the row kernel was 17 % slower
-// at H = 7168).
+// kernel. Default: two warps per row for both FP4 formats, the fastest layout measured
+// (bench/results/2026-11-29-device-run-2.md; the definition says more).
 int pre_dispatch_fp4_warps_per_row(const MoEConfig& config, const PreDispatchVariant& variant);
 
 // Threads per CTA of the kernel for `config`: 128 for the FP4 row kernel (4 / W rows), else one
