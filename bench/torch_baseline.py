@@ -5,6 +5,11 @@ The unfused pipeline a user runs today: sort routes by expert -> torch._grouped_
 SwiGLU -> torch._grouped_mm (W2) -> weighted scatter-add. One GPU, all experts local. Times are
 the median of CUDA-graph replays; weights are random bf16 (never zeros). Prints one JSON object
 per line: {"preset", "tokens", "routing", "baseline_us", "impl"}.
+
+With --routes FILE the baseline runs the caller's routing instead of drawing one: a JSON object
+{"tokens": T, "top_k": K, "topk_idx": [T*K ints, -1 = masked], "topk_weights": [T*K floats]}
+(`megamoe demo` writes it, so that both sides of its ratio route the same tokens to the same
+experts).
 """
 import argparse
 import json
@@ -86,7 +91,19 @@ def main():
     ap.add_argument("--tokens", default="1,16,64,128,512")
     ap.add_argument("--routing", default="uniform", choices=["uniform", "skewed", "masked"])
     ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--routes", default=None,
+                    help="JSON file with the routing to run (one token count; see above)")
     args = ap.parse_args()
+    given = None
+    if args.routes is not None:
+        with open(args.routes) as f:
+            given = json.load(f)
+        if args.tokens != str(given["tokens"]) or given["top_k"] != PRESETS[args.preset][3]:
+            print(json.dumps({"error": "--routes holds %s tokens of top-%s; asked for --tokens %s "
+                                       "of %s (top-%d)" % (given["tokens"], given["top_k"],
+                                                           args.tokens, args.preset,
+                                                           PRESETS[args.preset][3])}))
+            return 1
     try:
         import torch
     except ImportError:
@@ -102,7 +119,11 @@ def main():
     w2 = (torch.randn(experts, hidden, inter, device=dev, dtype=torch.bfloat16) * 0.02)
     for tokens in (int(t) for t in args.tokens.split(",")):
         x = torch.randn(tokens, hidden, generator=gen).to(dev, torch.bfloat16)
-        idx, w = route(torch, tokens, experts, topk, args.routing, gen)
+        if given is not None:
+            idx = torch.tensor(given["topk_idx"], dtype=torch.int64).reshape(tokens, topk)
+            w = torch.tensor(given["topk_weights"], dtype=torch.float32).reshape(tokens, topk)
+        else:
+            idx, w = route(torch, tokens, experts, topk, args.routing, gen)
         idx, w = idx.to(dev), w.to(dev)
         impl = "torch._grouped_mm bf16"
         try:
@@ -111,7 +132,8 @@ def main():
             print(json.dumps({"preset": args.preset, "tokens": tokens, "routing": args.routing,
                               "error": str(e)[:300]}))
             continue
-        print(json.dumps({"preset": args.preset, "tokens": tokens, "routing": args.routing,
+        print(json.dumps({"preset": args.preset, "tokens": tokens,
+                          "routing": "given" if given is not None else args.routing,
                           "baseline_us": round(us, 2), "impl": impl}))
         sys.stdout.flush()
     return 0

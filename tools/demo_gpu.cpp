@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <set>
 #include <string>
@@ -115,22 +116,47 @@ std::string baseline_script() {
   return {};
 }
 
-// The PyTorch BF16 baseline of the benchmark brief, run in a child process on this GPU.
-std::string torch_baseline(const std::string& preset, std::int64_t tokens, double* us) {
+// The routing as bench/torch_baseline.py --routes reads it; empty when the file cannot be made.
+std::string write_routes(const reference::MoEInputs& in, std::int64_t tokens, std::int64_t top_k) {
+  char path[] = "/tmp/megamoe_demo_routes_XXXXXX";
+  const int fd = mkstemp(path);
+  if (fd < 0) return {};
+  FILE* f = fdopen(fd, "w");
+  if (f == nullptr) return {};
+  std::fprintf(f, "{\"tokens\": %lld, \"top_k\": %lld, \"topk_idx\": [",
+               static_cast<long long>(tokens), static_cast<long long>(top_k));
+  for (std::size_t i = 0; i < in.topk_idx.size(); ++i) {
+    std::fprintf(f, "%s%lld", i ? ", " : "", static_cast<long long>(in.topk_idx[i]));
+  }
+  std::fprintf(f, "], \"topk_weights\": [");
+  for (std::size_t i = 0; i < in.topk_weights.size(); ++i) {
+    std::fprintf(f, "%s%.9g", i ? ", " : "", static_cast<double>(in.topk_weights[i]));
+  }
+  std::fprintf(f, "]}\n");
+  return std::fclose(f) == 0 ? std::string(path) : std::string();
+}
+
+// The PyTorch BF16 baseline of the benchmark brief, run in a child process on this GPU with the
+// demo's own routing.
+std::string torch_baseline(const std::string& preset, std::int64_t tokens,
+                           const reference::MoEInputs& in, std::int64_t top_k, double* us) {
   const std::string script = baseline_script();
   if (script.empty()) return "unavailable (bench/torch_baseline.py not found)";
-  const std::string cmd =
-      "python3 " + script + " --preset " + preset + " --tokens " + std::to_string(tokens) + " 2>&1";
+  const std::string routes = write_routes(in, tokens, top_k);
+  if (routes.empty()) return "unavailable (could not write the routing to /tmp)";
+  const std::string cmd = "python3 " + script + " --preset " + preset + " --tokens " +
+                          std::to_string(tokens) + " --routes " + routes + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   if (p == nullptr) return "unavailable (could not start python3)";
   std::string out;
   char buf[512];
   while (std::fgets(buf, sizeof buf, p) != nullptr) out += buf;
   pclose(p);
+  std::remove(routes.c_str());
   const auto k = out.find("\"baseline_us\": ");
   if (k == std::string::npos) return "unavailable: " + out.substr(0, 200);
   *us = std::stod(out.substr(k + 15));
-  return "torch._grouped_mm bf16";
+  return "torch._grouped_mm bf16, same routing";
 }
 
 }  // namespace
@@ -202,7 +228,7 @@ int run_gpu_demo(const MoEConfig& config, std::int64_t tokens, std::uint64_t see
   double base_us = 0;
   const std::string base = torch_baseline(
       config.shape.hidden == 4096 && config.shape.top_k == 6 ? "dsv4-flash" : "h6144-e256-k8",
-      tokens, &base_us);
+      tokens, inputs, k, &base_us);
 
   std::printf("\n| check | value |\n|---|---|\n");
   std::printf(
