@@ -40,6 +40,7 @@
 #include "runtime/bandwidth_probe.hpp"
 #include "runtime/cuda_driver.hpp"
 #include "runtime/device_memory.hpp"
+#include "runtime/device_select.hpp"
 #include "runtime/module.hpp"
 
 namespace {
@@ -57,7 +58,10 @@ using runtime::DeviceBuffer;
 
 constexpr int kSets = 8;
 constexpr int kReplays = 21;
-const Device kGpu{DeviceKind::cuda, 0};
+// The current device, which the launchers check every tensor against.
+Device gpu() {
+  return Device{DeviceKind::cuda, cuda::current_device()};
+}
 
 const char* kHelperSource = R"(
 // Random bytes; scale_mode: valid re-encoded scale bytes (f16 exponent 13..21, any mantissa).
@@ -207,15 +211,15 @@ int main(int argc, char** argv) {
       Nvfp4KernelWeights kw;
       auto blob = [](const DeviceBuffer& b) {
         return TensorView::contiguous(b.as<void>(), DType::u8,
-                                      {static_cast<std::int64_t>(b.size())}, kGpu);
+                                      {static_cast<std::int64_t>(b.size())}, gpu());
       };
       kw.w13 = blob(w13);
       kw.w13_sf = blob(w13_sf);
       kw.w2 = blob(w2);
       kw.w2_sf = blob(w2_sf);
-      kw.fc1_alpha = TensorView::contiguous(da1.as<void>(), DType::f32, {el}, kGpu);
-      kw.fc2_alpha = TensorView::contiguous(da2.as<void>(), DType::f32, {el}, kGpu);
-      kw.fc2_input_scale = TensorView::contiguous(ds2.as<void>(), DType::f32, {el}, kGpu);
+      kw.fc1_alpha = TensorView::contiguous(da1.as<void>(), DType::f32, {el}, gpu());
+      kw.fc2_alpha = TensorView::contiguous(da2.as<void>(), DType::f32, {el}, gpu());
+      kw.fc2_input_scale = TensorView::contiguous(ds2.as<void>(), DType::f32, {el}, gpu());
       const SymmBuffer buffer = get_symm_buffer_for_mega_moe(c, "local");
 
       for (const RoutingCase& rc : routings) {
@@ -244,7 +248,7 @@ int main(int argc, char** argv) {
             images.back().copy_from_host(std::as_bytes(std::span<const std::uint8_t>(img.bytes)));
             outs.emplace_back(static_cast<std::size_t>(T * H * 2));
             outputs.push_back(
-                {0, TensorView::contiguous(outs.back().as<void>(), DType::bf16, {T, H}, kGpu)});
+                {0, TensorView::contiguous(outs.back().as<void>(), DType::bf16, {T, H}, gpu())});
           }
           const auto region = reinterpret_cast<CUdeviceptr>(
               static_cast<std::uint8_t*>(buffer.memory->base(0)) + image_offset);

@@ -18,6 +18,7 @@
 #include "megamoe/pre_dispatch.hpp"
 #include "runtime/cuda_driver.hpp"
 #include "runtime/device_memory.hpp"
+#include "runtime/device_select.hpp"
 #include "runtime/pre_dispatch_kernel.hpp"
 
 namespace {
@@ -78,7 +79,7 @@ int main(int argc, char** argv) {
     const cuda::Driver& drv = cuda::driver();
     const runtime::DeviceProperties props = runtime::device_properties();
     runtime::Stream stream;
-    const Device gpu{DeviceKind::cuda, 0};
+    const Device gpu{DeviceKind::cuda, cuda::current_device()};
     const std::int64_t experts = 256;
 
     // Inputs: random bf16 tokens (never zeros), random routes with some masked ids.

@@ -31,4 +31,19 @@ void select_device(int ordinal) {
   MEGAMOE_CU(d.cuCtxSetCurrent(context));
 }
 
+int current_device() {
+  if (!driver_available()) return 0;
+  const Driver& d = driver();
+  CUdevice device = 0;
+  MEGAMOE_CU(d.cuCtxGetDevice(&device));
+  // CUdevice is a handle: find the ordinal it belongs to rather than assume they coincide.
+  const int count = device_count();
+  for (int ordinal = 0; ordinal < count; ++ordinal) {
+    CUdevice candidate = 0;
+    MEGAMOE_CU(d.cuDeviceGet(&candidate, ordinal));
+    if (candidate == device) return ordinal;
+  }
+  throw CudaError("cuCtxGetDevice returned a device that no ordinal names");
+}
+
 }  // namespace megamoe::cuda

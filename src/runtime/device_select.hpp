@@ -9,8 +9,12 @@ int device_count();
 
 // Makes the primary context of device `ordinal` current on the calling thread (retained for the
 // life of the process). InvalidArgument naming `ordinal` when it is not in [0, device_count()).
-// Note: the library's TensorView device index is still compared against 0 (the current
-// device) by the launchers, so tensors of a selected device are tagged {cuda, 0}.
 void select_device(int ordinal);
+
+// Ordinal of the device of the calling thread's current context (after driver(): the default
+// device's when the thread had none); 0 on a machine without a usable GPU, so that argument
+// errors read the same there. The launchers launch on it and require every tensor to be tagged
+// with it ({cuda, current_device()}), as a framework tags its cuda:r tensors.
+int current_device();
 
 }  // namespace megamoe::cuda

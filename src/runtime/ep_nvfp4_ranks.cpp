@@ -10,13 +10,17 @@
 #include "jit/compiler.hpp"
 #include "megamoe/error.hpp"
 #include "runtime/cuda_driver.hpp"
+#include "runtime/device_select.hpp"
 #include "runtime/module.hpp"
 #include "runtime/nvfp4_kernel_weight_storage.hpp"
 
 namespace megamoe::runtime {
 namespace {
 
-const Device kGpu{DeviceKind::cuda, 0};  // the current device (see device_select.hpp)
+// The current device: what the launchers validate every tensor against (device_select.hpp).
+Device gpu() {
+  return Device{DeviceKind::cuda, cuda::current_device()};
+}
 
 // Byte i of a fill is a function of (seed, i) alone, so any process reproduces any rank's
 // weights. The mix is the SplitMix64 finalizer. Scale bytes are UE4M3 with exponent field 5..9
@@ -115,13 +119,13 @@ EpNvfp4Ranks::EpNvfp4Ranks(const EpNvfp4Setup& setup, const SymmBuffer& buffer)
     DeviceBuffer dfc2s = upload(fc2s);
 
     Nvfp4CheckpointWeights in;
-    in.w13 = TensorView::contiguous(w13.as<void>(), DType::e2m1x2, {el, 2 * i, h / 2}, kGpu);
-    in.w13_sf = TensorView::contiguous(w13_sf.as<void>(), DType::ue4m3, {el, 2 * i, h / 16}, kGpu);
-    in.w2 = TensorView::contiguous(w2.as<void>(), DType::e2m1x2, {el, h, i / 2}, kGpu);
-    in.w2_sf = TensorView::contiguous(w2_sf.as<void>(), DType::ue4m3, {el, h, i / 16}, kGpu);
-    in.w13_global = TensorView::contiguous(dg13.as<void>(), DType::f32, {el}, kGpu);
-    in.w2_global = TensorView::contiguous(dg2.as<void>(), DType::f32, {el}, kGpu);
-    in.fc2_input_scale = TensorView::contiguous(dfc2s.as<void>(), DType::f32, {el}, kGpu);
+    in.w13 = TensorView::contiguous(w13.as<void>(), DType::e2m1x2, {el, 2 * i, h / 2}, gpu());
+    in.w13_sf = TensorView::contiguous(w13_sf.as<void>(), DType::ue4m3, {el, 2 * i, h / 16}, gpu());
+    in.w2 = TensorView::contiguous(w2.as<void>(), DType::e2m1x2, {el, h, i / 2}, gpu());
+    in.w2_sf = TensorView::contiguous(w2_sf.as<void>(), DType::ue4m3, {el, h, i / 16}, gpu());
+    in.w13_global = TensorView::contiguous(dg13.as<void>(), DType::f32, {el}, gpu());
+    in.w2_global = TensorView::contiguous(dg2.as<void>(), DType::f32, {el}, gpu());
+    in.fc2_input_scale = TensorView::contiguous(dfc2s.as<void>(), DType::f32, {el}, gpu());
 
     rk->kernel = transform_into_storage(c, in);
     weight_views_.push_back(rk->kernel->view);
@@ -159,12 +163,12 @@ void EpNvfp4Ranks::set_tokens(std::int64_t tokens) {
     rk->out.fill_bytes(0xFF);
     PreDispatchInputs p;
     p.rank = rk->rank;
-    p.x = TensorView::contiguous(rk->x.as<void>(), DType::bf16, {t, h}, kGpu);
-    p.topk_idx = TensorView::contiguous(rk->ids.as<void>(), DType::i64, {t, k}, kGpu);
-    p.topk_weights = TensorView::contiguous(rk->weights.as<void>(), DType::f32, {t, k}, kGpu);
+    p.x = TensorView::contiguous(rk->x.as<void>(), DType::bf16, {t, h}, gpu());
+    p.topk_idx = TensorView::contiguous(rk->ids.as<void>(), DType::i64, {t, k}, gpu());
+    p.topk_weights = TensorView::contiguous(rk->weights.as<void>(), DType::f32, {t, k}, gpu());
     pd_.push_back(p);
     outputs_.push_back(
-        {rk->rank, TensorView::contiguous(rk->out.as<void>(), DType::bf16, {t, h}, kGpu)});
+        {rk->rank, TensorView::contiguous(rk->out.as<void>(), DType::bf16, {t, h}, gpu())});
   }
 }
 

@@ -4,12 +4,13 @@
 #include <cstdint>
 
 #include "runtime/cuda_driver.hpp"
+#include "runtime/device_select.hpp"
 
 namespace megamoe::runtime {
 
 std::unique_ptr<Nvfp4KernelWeightStorage> transform_into_storage(
     const MoEConfig& config, const Nvfp4CheckpointWeights& checkpoint) {
-  const Device gpu{DeviceKind::cuda, 0};
+  const Device gpu{DeviceKind::cuda, cuda::current_device()};
   const std::int64_t experts = config.experts_per_rank();
   const Nvfp4KernelWeightBytes bytes = nvfp4_kernel_weight_bytes(config);
   auto s = std::make_unique<Nvfp4KernelWeightStorage>();

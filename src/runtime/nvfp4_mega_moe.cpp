@@ -18,6 +18,7 @@
 #include "megamoe/error.hpp"
 #include "megamoe/heuristics.hpp"
 #include "runtime/cuda_driver.hpp"
+#include "runtime/device_select.hpp"
 #include "runtime/module.hpp"
 #include "runtime/nvfp4_mega_moe_kernels.hpp"
 
@@ -116,7 +117,7 @@ CUfunction kernel_for(const MoEConfig& c, int block_m) {
 
 void nvfp4_mega_moe(const SymmBuffer& buffer, std::span<const Nvfp4KernelWeights> weights,
                     std::span<const Nvfp4MoEOutputs> outputs, Stream stream) {
-  const Device device{DeviceKind::cuda, 0};
+  const Device device{DeviceKind::cuda, cuda::current_device()};
   const MoEConfig& c = buffer.plan.config;
   validate::validate_nvfp4_mega_moe(validate::buffer_facts(buffer, device), weights, outputs,
                                     nvfp4_kernel_weight_bytes(c));

@@ -13,6 +13,7 @@
 #include "megamoe/formats.hpp"
 #include "megamoe/nvfp4_mega_moe.hpp"
 #include "runtime/cuda_driver.hpp"
+#include "runtime/device_select.hpp"
 #include "runtime/module.hpp"
 #include "runtime/nvfp4_weight_transform_kernels.hpp"
 
@@ -122,7 +123,7 @@ std::vector<jit::KernelRequest> nvfp4_weight_transform_kernels(const MoEConfig& 
 namespace {
 
 Device current_device() {
-  return Device{DeviceKind::cuda, 0};
+  return Device{DeviceKind::cuda, cuda::current_device()};
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include "megamoe/error.hpp"
 #include "megamoe/pre_dispatch.hpp"
 #include "runtime/cuda_driver.hpp"
+#include "runtime/device_select.hpp"
 #include "runtime/module.hpp"
 #include "runtime/pre_dispatch_kernel.hpp"
 
@@ -167,7 +168,8 @@ void launch_pre_dispatch(const SymmBuffer& buffer, std::span<const PreDispatchIn
                          megamoe::Stream stream, bool hw_e4m3, bool cta_per_row,
                          int fp4_warps_per_row) {
   // Validation first: bad input is reported the same with or without a GPU.
-  const validate::BufferFacts facts = validate::buffer_facts(buffer, Device{DeviceKind::cuda, 0});
+  const validate::BufferFacts facts =
+      validate::buffer_facts(buffer, Device{DeviceKind::cuda, cuda::current_device()});
   validate::validate_pre_dispatch(facts, inputs);
   const MoEConfig& c = buffer.plan.config;
   if (c.act_format == Format::bf16) {

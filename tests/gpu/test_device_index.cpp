@@ -1,0 +1,144 @@
+// The launchers work on whichever GPU is current and check tensors against it: the whole NVFP4
+// path (weight transform, pre-dispatch, nvfp4_mega_moe) on device 1 with tensors tagged cuda:1,
+// bitwise equal to the same call on device 0; tensors tagged with another GPU are refused before
+// anything is enqueued. Needs two GPUs (skips, saying so, otherwise).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "megamoe/buffer.hpp"
+#include "megamoe/error.hpp"
+#include "megamoe/nvfp4_mega_moe.hpp"
+#include "megamoe/pre_dispatch.hpp"
+#include "megamoe/reference.hpp"
+#include "runtime/cuda_driver.hpp"
+#include "runtime/device_memory.hpp"
+#include "runtime/device_select.hpp"
+#include "runtime/nvfp4_kernel_weight_storage.hpp"
+
+namespace megamoe {
+namespace {
+
+using runtime::DeviceBuffer;
+using runtime::upload;
+
+class DeviceIndex : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (!cuda::driver_available(&why)) GTEST_SKIP() << "no CUDA GPU: " << why;
+    if (cuda::device_count() < 2) GTEST_SKIP() << "needs two GPUs (this machine has one)";
+  }
+  void TearDown() override {
+    if (cuda::driver_available() && cuda::device_count() >= 2) cuda::select_device(0);
+  }
+};
+
+MoEConfig small_config(std::int64_t tokens) {
+  MoEConfig c;
+  c.shape.hidden = 1024;
+  c.shape.intermediate = 512;
+  c.shape.num_experts = 16;
+  c.shape.top_k = 4;
+  c.weight_format = c.act_format = Format::nvfp4;
+  c.max_tokens_per_rank = tokens;
+  return c;
+}
+
+// The layer on the current GPU, every tensor tagged {cuda, device}; returns the output bits.
+std::vector<std::uint16_t> run_layer(const MoEConfig& c, const reference::QuantizedWeights& w,
+                                     const std::vector<float>& fc2_scale,
+                                     const reference::MoEInputs& in, std::int64_t tokens,
+                                     int device) {
+  const Device gpu{DeviceKind::cuda, device};
+  const std::int64_t e = c.experts_per_rank(), h = c.shape.hidden, i = c.shape.intermediate;
+  DeviceBuffer w13 = upload(std::span(w.w13.packed)), s13 = upload(std::span(w.w13.scales)),
+               g13 = upload(std::span(w.w13.global_scales));
+  DeviceBuffer w2 = upload(std::span(w.w2.packed)), s2 = upload(std::span(w.w2.scales)),
+               g2 = upload(std::span(w.w2.global_scales)), fs = upload(std::span(fc2_scale));
+  Nvfp4CheckpointWeights ck;
+  ck.w13 = TensorView::contiguous(w13.as<void>(), DType::e2m1x2, {e, 2 * i, h / 2}, gpu);
+  ck.w13_sf = TensorView::contiguous(s13.as<void>(), DType::ue4m3, {e, 2 * i, h / 16}, gpu);
+  ck.w13_global = TensorView::contiguous(g13.as<void>(), DType::f32, {e}, gpu);
+  ck.w2 = TensorView::contiguous(w2.as<void>(), DType::e2m1x2, {e, h, i / 2}, gpu);
+  ck.w2_sf = TensorView::contiguous(s2.as<void>(), DType::ue4m3, {e, h, i / 16}, gpu);
+  ck.w2_global = TensorView::contiguous(g2.as<void>(), DType::f32, {e}, gpu);
+  ck.fc2_input_scale = TensorView::contiguous(fs.as<void>(), DType::f32, {e}, gpu);
+  const auto kernel = runtime::transform_into_storage(c, ck);
+
+  const std::vector<std::uint16_t> xb = reference::to_bf16_bits(in.x);
+  DeviceBuffer x = upload(std::span(xb)), ids = upload(std::span(in.topk_idx)),
+               tw = upload(std::span(in.topk_weights));
+  DeviceBuffer out(static_cast<std::size_t>(tokens * h * 2));
+  out.fill_bytes(0xFF);  // bf16 NaN: an unwritten element cannot pass
+  const SymmBuffer buffer = get_symm_buffer_for_mega_moe(c, "local");
+  PreDispatchInputs pd;
+  pd.x = TensorView::contiguous(x.as<void>(), DType::bf16, {tokens, h}, gpu);
+  pd.topk_idx = TensorView::contiguous(ids.as<void>(), DType::i64, {tokens, c.shape.top_k}, gpu);
+  pd.topk_weights = TensorView::contiguous(tw.as<void>(), DType::f32, {tokens, c.shape.top_k}, gpu);
+  const Nvfp4MoEOutputs outputs{
+      0, TensorView::contiguous(out.as<void>(), DType::bf16, {tokens, h}, gpu)};
+  runtime::Stream stream;
+  mega_moe_pre_dispatch(buffer, std::span<const PreDispatchInputs>(&pd, 1), stream.get());
+  nvfp4_mega_moe(buffer, std::span<const Nvfp4KernelWeights>(&kernel->view, 1),
+                 std::span<const Nvfp4MoEOutputs>(&outputs, 1), stream.get());
+  stream.synchronize();
+  std::vector<std::uint16_t> bits(static_cast<std::size_t>(tokens * h));
+  out.copy_to_host(std::as_writable_bytes(std::span(bits)));
+  return bits;
+}
+
+TEST_F(DeviceIndex, LayerOnDeviceOneEqualsDeviceZero) {
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const std::int64_t tokens = 24;
+  const MoEConfig c = small_config(tokens);
+  const auto w = reference::random_weights(c, seed, reference::WeightInit::random_codes);
+  const auto in = reference::random_inputs(c, tokens, {}, seed + 1);
+  const std::vector<float> fc2 = reference::calibrate_fc2_input_scales(c, in, w);
+
+  cuda::select_device(0);
+  ASSERT_EQ(cuda::current_device(), 0);
+  const std::vector<std::uint16_t> on0 = run_layer(c, w, fc2, in, tokens, 0);
+  cuda::select_device(1);
+  ASSERT_EQ(cuda::current_device(), 1);
+  const std::vector<std::uint16_t> on1 = run_layer(c, w, fc2, in, tokens, 1);
+
+  // Both against the oracle's bf16 output, then against each other bit for bit.
+  reference::ForwardOptions fo;
+  fo.fc2_input_scale = fc2;
+  const std::vector<std::uint16_t> want = reference::moe_forward(c, in, w, fo).out_bf16;
+  std::size_t differ = 0;
+  for (std::size_t k = 0; k < want.size(); ++k) differ += on1[k] != want[k];
+  EXPECT_EQ(differ, 0u) << "elements of device 1's output that differ from the oracle's bf16";
+  EXPECT_EQ(on1, on0);
+}
+
+TEST_F(DeviceIndex, TensorsOfAnotherGpuAreRefused) {
+  cuda::select_device(1);
+  const std::int64_t tokens = 8;
+  const MoEConfig c = small_config(tokens);
+  const SymmBuffer buffer = get_symm_buffer_for_mega_moe(c, "local");
+  DeviceBuffer x(static_cast<std::size_t>(tokens * c.shape.hidden * 2)),
+      ids(static_cast<std::size_t>(tokens * c.shape.top_k * 8)),
+      tw(static_cast<std::size_t>(tokens * c.shape.top_k * 4));
+  const Device gpu0{DeviceKind::cuda, 0}, gpu1{DeviceKind::cuda, 1};
+  PreDispatchInputs pd;
+  pd.x = TensorView::contiguous(x.as<void>(), DType::bf16, {tokens, c.shape.hidden}, gpu0);
+  pd.topk_idx = TensorView::contiguous(ids.as<void>(), DType::i64, {tokens, c.shape.top_k}, gpu1);
+  pd.topk_weights =
+      TensorView::contiguous(tw.as<void>(), DType::f32, {tokens, c.shape.top_k}, gpu1);
+  try {
+    mega_moe_pre_dispatch(buffer, std::span<const PreDispatchInputs>(&pd, 1), nullptr);
+    FAIL() << "a cuda:0 tensor was accepted while device 1 is current";
+  } catch (const InvalidArgument& e) {
+    EXPECT_EQ(std::string(e.argument()), "inputs[0].x") << e.what();
+    EXPECT_NE(std::string(e.what()).find("cuda:1"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace megamoe
