@@ -201,6 +201,31 @@ def test_nvfp4_mega_moe_matches_the_oracle(tokens):
         assert torch.equal(a, b)
 
 
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_layer_on_the_second_gpu_equals_the_first():
+    # torch tags tensors cuda:1 under torch.cuda.device(1); the launchers check against the
+    # current context's GPU, so the same call works there and gives the same bits.
+    c = nvfp4_config()
+    s = seed()
+    tokens = 24
+    x, idx, w = inputs(c, tokens, s + 2)
+    outs = {}
+    for d in (0, 1):
+        with torch.cuda.device(d):
+            layer = Layer(c, s)
+            buf = mt.get_symm_buffer_for_mega_moe(c)
+            for r in range(c.num_ranks):
+                rows = slice(r * tokens, (r + 1) * tokens)
+                mt.mega_moe_pre_dispatch(buf, bf16(x[rows]), cuda(idx[rows]), cuda(w[rows]),
+                                         rank=r)
+            got = mt.nvfp4_mega_moe(buf, layer.kernel, num_tokens=tokens)
+            assert got[0].device == torch.device("cuda", d)
+            torch.cuda.synchronize()
+            outs[d] = torch.cat(got).cpu()
+    assert_close_to_oracle(outs[1], layer.oracle(x, idx, w))
+    assert torch.equal(outs[0], outs[1])
+
+
 def test_cuda_graph_captures_and_replays_nvfp4_mega_moe():
     c = nvfp4_config()
     s = seed()
