@@ -517,11 +517,11 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
   Ring<RING> ring;           // STAGES = 0
   StagePosition pos{0, 0u};  // STAGES > 0
   UnitPosition upos{0};      // STAGES > 0
-  // The units: with stages, as the producer publishes them; else the static schedule (the first
-  // is taken at phase 1, below).
+  // The units: with stages, as the producer publishes them; else the static schedule.
   auto next_unit = [&] { return take_unit(s.unit_q, s.unit_ready, upos); };
-  Unit cur{0, 0, 0, 2};
-  Stream cs{nullptr, nullptr, 0, RING, -1, 0};
+  Unit cur = kStaged ? next_unit() : sched.first(0);
+  Stream cs = stream_of(cur, Stream{nullptr, nullptr, 0, RING, -1, 0});
+  if constexpr (!kStaged) prime<RING, KW>(ring, cs, kh, lane);
   // One unit's MMAs over the token sub-tile (`ns`: the next unit's stream, which the register
   // ring starts loading at the end of this one); its split-K partials land in `red` (the unit's
   // exchange buffer) and one CTA barrier makes them readable to the epilogue.
@@ -568,54 +568,6 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
   bool first_tile_ready = false;             // FirstTileReady signalled
   float route_w = 0.0f, route_alpha = 0.0f;  // this thread's route (tid < live) of a new tile
   bool fresh_routes = false;
-  // The routes of FC1 tile `tileg` (expert e, tile `tile` of it; `live` routes) into shared
-  // memory, this thread's route weight and alpha into registers.
-  auto enter_tile = [&](int tileg, int e, int tile, int live) {
-    b_tile = tileg;
-    b_sub = -1;
-    Sync::sync();  // the previous tile's routes are no longer read
-    if (warp == 0) nvfp4_moe::gather_tile_routes<K, R, BM>(a, s, first_expert + e, tile);
-    Sync::sync();
-    if (tid < live) {
-      // Issued here, stored after the token tile: the two loads' latencies overlap.
-      const int sr = s.route_src[tid], tok = s.route_tok[tid], k = s.route_k[tid];
-      const u8* sb = a.base[sr];
-      route_w = __ldg(reinterpret_cast<const float*>(sb + a.off_topk_w + tok * topk_pitch) + k);
-      route_alpha = __fmul_rn(__ldg(reinterpret_cast<const float*>(sb + a.off_x_global) + tok),
-                              __ldg(a.alpha1[rank] + e));
-      fresh_routes = true;
-    }
-  };
-  // Token sub-tile `sub` (`sub_live` rows) of the current tile into s.b.
-  auto enter_sub = [&](int sub, int sub_live) {
-    b_sub = sub;
-    Sync::sync();  // s.b is no longer read
-    load_token_tile_paired<H, KMAX, NS, kThreads, false>(
-        s.b, sub_live, [&](int i) { return nvfp4_moe::fc1_token_row(a, s, sub * NS + i); },
-        [&](int i) { return nvfp4_moe::fc1_token_sf_row(a, s, sub * NS + i); });
-    Sync::sync();
-    if (kStaged && !first_tile_ready) {
-      FirstTileReady::arrive();
-      first_tile_ready = true;
-    }
-  };
-  if constexpr (kStaged) {
-    // The first unit is the schedule's first, which every thread knows: its routes and token
-    // tile are fetched before the producer has published it, so that their loads leave before
-    // the weight copies fill the memory queues (queued behind them they took ~3 us at T = 1).
-    const Unit f = sched.first(0);
-    if (f.phase == 0) {
-      const int e = schedule_expert_of_tile<EL>(s.tile_prefix, f.tileg);
-      const int tile = f.tileg - s.tile_prefix[e];
-      const int live = min(BM, s.count[e] - tile * BM);
-      enter_tile(f.tileg, e, tile, live);
-      enter_sub(f.sub, min(NS, live - f.sub * NS));
-    }
-  }
-  // Only now the producer's first publication (the same unit).
-  cur = kStaged ? next_unit() : sched.first(0);
-  cs = stream_of(cur, cs);
-  if constexpr (!kStaged) prime<RING, KW>(ring, cs, kh, lane);
   while (cur.phase == 0) {
     // The register ring needs the next unit's stream now (it starts loading it during this
     // one); with stages the producer may not have published it yet.
@@ -625,9 +577,36 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
     const int tile = cur.tileg - s.tile_prefix[e];
     const int live = min(BM, s.count[e] - tile * BM);
     const int pool_row0 = (s.tile_prefix[e] + tile) * BM;
-    if (cur.tileg != b_tile) enter_tile(cur.tileg, e, tile, live);
+    if (cur.tileg != b_tile) {
+      b_tile = cur.tileg;
+      b_sub = -1;
+      Sync::sync();  // the previous tile's routes are no longer read
+      if (warp == 0) nvfp4_moe::gather_tile_routes<K, R, BM>(a, s, first_expert + e, tile);
+      Sync::sync();
+      if (tid < live) {
+        // Issued here, stored after the token tile: the two loads' latencies overlap.
+        const int sr = s.route_src[tid], tok = s.route_tok[tid], k = s.route_k[tid];
+        const u8* sb = a.base[sr];
+        route_w = __ldg(reinterpret_cast<const float*>(sb + a.off_topk_w + tok * topk_pitch) + k);
+        route_alpha = __fmul_rn(__ldg(reinterpret_cast<const float*>(sb + a.off_x_global) + tok),
+                                __ldg(a.alpha1[rank] + e));
+        fresh_routes = true;
+      }
+    }
     const int sub_live = min(NS, live - cur.sub * NS);
-    if (cur.sub != b_sub) enter_sub(cur.sub, sub_live);
+    if (cur.sub != b_sub) {
+      b_sub = cur.sub;
+      Sync::sync();  // s.b is no longer read
+      const int sub = cur.sub;
+      load_token_tile_paired<H, KMAX, NS, kThreads, false>(
+          s.b, sub_live, [&](int i) { return nvfp4_moe::fc1_token_row(a, s, sub * NS + i); },
+          [&](int i) { return nvfp4_moe::fc1_token_sf_row(a, s, sub * NS + i); });
+      Sync::sync();
+      if (kStaged && !first_tile_ready) {
+        FirstTileReady::arrive();
+        first_tile_ready = true;
+      }
+    }
     if (fresh_routes) {
       // Read by the epilogue only, after stream_unit's barrier.
       s.route_w[tid] = route_w;
