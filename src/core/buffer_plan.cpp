@@ -1,8 +1,10 @@
 // plan_symm_buffer: the exact byte layout of one rank's symmetric buffer (docs/api.md,
 // "Buffer plan"). The region names and formats are the contract written in buffer.hpp.
 #include <algorithm>
+#include <cstdlib>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "core/buffer_plan_detail.hpp"
 #include "core/validate.hpp"
@@ -102,9 +104,18 @@ std::vector<BufferRegion> plan_sync_fields(const MoEConfig& c, std::int64_t pool
 
 }  // namespace
 
-bool plan_has_token_f16(const MoEConfig& c) {
+bool wide_kernel_supported(const MoEConfig& c) {
   return c.weight_format == Format::nvfp4 && c.act_format == Format::nvfp4 && !c.side_lora &&
          c.shape.hidden % kTokenChunkK == 0 && c.shape.intermediate % kTokenChunkK == 0;
+}
+
+bool plan_has_token_f16(const MoEConfig& c) {
+  if (!wide_kernel_supported(c)) return false;
+  // Read as runtime::nvfp4_kernel_version reads it (an unknown value fails there, at launch).
+  if (const char* v = std::getenv("MEGAMOE_NVFP4_KERNEL"); v != nullptr && std::string(v) == "wide")
+    return true;
+  const std::vector<int> reachable = reachable_block_ms(c);  // non-decreasing
+  return !reachable.empty() && reachable.back() >= kWideKernelMinBlockM;
 }
 
 // Worst-case padded pool rows for t live tokens per rank with tile bm. N = R*t*min(K, E_local)

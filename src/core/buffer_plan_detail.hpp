@@ -14,8 +14,17 @@ namespace megamoe {
 inline constexpr std::int64_t kTokenChunkK = 256;
 inline constexpr std::size_t kTokenChunkRowBytes = (256 + 8) * 2;
 
-// Whether the plan has "token_f16": NVFP4 weights and activations, bf16 combine, no side-LoRA,
-// H and I multiples of 256 (the shapes the wide kernel supports).
+// The wide NVFP4 kernel runs from this BLOCK_M on (runtime::kNvfp4WideMinBlockM).
+inline constexpr int kWideKernelMinBlockM = 16;
+
+// Whether the wide NVFP4 kernel supports the configuration: NVFP4 weights and activations, no
+// side-LoRA, H and I multiples of 256 (its token chunks).
+bool wide_kernel_supported(const MoEConfig& config);
+
+// Whether the plan has "token_f16", the wide kernel's scratch: where it is supported and can run
+// -- a reachable BLOCK_M of 16 or more, or MEGAMOE_NVFP4_KERNEL=wide set when planning (it then
+// runs at every BLOCK_M). A decode-only plan (BLOCK_M 8 at every token count) goes without it:
+// at dsv4-flash, T_max = 128, that is 20.6 of its 35.4 MiB.
 bool plan_has_token_f16(const MoEConfig& config);
 
 // The most padded pool rows t live tokens per rank can need with token tile bm.

@@ -60,7 +60,7 @@ bool wide_tiles_of_32(const MoEConfig& c) {
   const auto whole = [&](int k) {
     return c.shape.hidden % k == 0 && c.shape.intermediate % k == 0;
   };
-  return plan_has_token_f16(c) && (whole(384) || whole(512));
+  return wide_kernel_supported(c) && (whole(384) || whole(512));
 }
 
 std::span<const Regime> regimes_of(const MoEConfig& c) {

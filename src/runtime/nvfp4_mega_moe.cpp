@@ -136,9 +136,17 @@ void nvfp4_mega_moe(const SymmBuffer& buffer, std::span<const Nvfp4KernelWeights
   for (const Nvfp4MoEOutputs& o : outputs) tokens = std::max(tokens, o.out.size(0));
   const int block_m = get_block_m_for_mega_moe(c, tokens);
   check_pools_fit(buffer.plan, tokens, block_m);
-  if (runtime::nvfp4_kernel_version(c, block_m) == runtime::Nvfp4KernelVersion::wide &&
-      buffer.plan.pool_rows * (std::max(c.shape.hidden, c.shape.intermediate) / 16) >
-          std::numeric_limits<std::int32_t>::max()) {
+  const bool wide = runtime::nvfp4_kernel_version(c, block_m) == runtime::Nvfp4KernelVersion::wide;
+  if (wide && !buffer.plan.has("token_f16")) {
+    // Only MEGAMOE_NVFP4_KERNEL=wide set after planning gets here: the plan holds the region
+    // wherever the default selection can pick the wide kernel.
+    throw_invalid("MEGAMOE_NVFP4_KERNEL",
+                  "=wide needs a buffer planned while it was set (the plan holds the wide "
+                  "kernel's token chunks only where it can run)",
+                  "buffer without \"token_f16\"");
+  }
+  if (wide && buffer.plan.pool_rows * (std::max(c.shape.hidden, c.shape.intermediate) / 16) >
+                  std::numeric_limits<std::int32_t>::max()) {
     throw Unsupported("nvfp4_mega_moe: the wide kernel indexes pool rows x 16-k blocks in i32");
   }
   const CUfunction function = kernel_for(c, block_m);

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "core/buffer_plan_detail.hpp"
 #include "jit/compiler.hpp"
 #include "megamoe/config.hpp"
 
@@ -16,8 +17,10 @@ namespace megamoe::runtime {
 enum class Nvfp4KernelVersion { simple, pipelined, wide };
 // MEGAMOE_NVFP4_KERNEL=simple|pipelined|wide forces a version (anything else is
 // InvalidArgument); unset, the default for this configuration and BLOCK_M: `wide` where the
-// plan has its "token_f16" scratch and BLOCK_M >= kNvfp4WideMinBlockM, else `pipelined`.
-inline constexpr int kNvfp4WideMinBlockM = 16;
+// configuration supports it (wide_kernel_supported) and BLOCK_M >= kNvfp4WideMinBlockM, else
+// `pipelined`. The wide kernel needs the plan's "token_f16" scratch, which plan_symm_buffer
+// allocates where such a BLOCK_M is reachable or MEGAMOE_NVFP4_KERNEL=wide was set when planning.
+inline constexpr int kNvfp4WideMinBlockM = kWideKernelMinBlockM;
 Nvfp4KernelVersion nvfp4_kernel_version(const MoEConfig& config, int block_m);
 
 // Everything the launcher and the JIT request must agree on for one configuration and BLOCK_M.

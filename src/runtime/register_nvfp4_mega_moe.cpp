@@ -106,8 +106,8 @@ int activation_code(const ActivationSpec& a) {
 Nvfp4KernelVersion nvfp4_kernel_version(const MoEConfig& c, int block_m) {
   const char* v = std::getenv("MEGAMOE_NVFP4_KERNEL");
   if (v == nullptr || *v == '\0') {
-    return plan_has_token_f16(c) && block_m >= kNvfp4WideMinBlockM ? Nvfp4KernelVersion::wide
-                                                                   : kDefaultVersion;
+    return wide_kernel_supported(c) && block_m >= kNvfp4WideMinBlockM ? Nvfp4KernelVersion::wide
+                                                                      : kDefaultVersion;
   }
   const std::string s(v);
   if (s == "simple") return Nvfp4KernelVersion::simple;
@@ -124,7 +124,7 @@ namespace {
 
 // The wide kernel's shape (see the header): no K split, no register ring.
 Nvfp4LaunchShape wide_launch_shape(const MoEConfig& c, int block_m) {
-  if (!plan_has_token_f16(c)) {
+  if (!wide_kernel_supported(c)) {
     throw Unsupported(
         "nvfp4_mega_moe: the wide kernel needs H and I multiples of 256 (its token chunks; "
         "MEGAMOE_NVFP4_KERNEL=wide)");

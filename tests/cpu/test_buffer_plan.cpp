@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "core/buffer_plan_detail.hpp"
+#include "jit_test_support.hpp"
 #include "megamoe/buffer.hpp"
 #include "megamoe/heuristics.hpp"
 #include "megamoe/presets.hpp"
@@ -275,6 +277,38 @@ TEST(BufferPlan, TokenF16HoldsEveryChunkLayout) {
       }
     }
   }
+}
+
+// "token_f16" exists only where the wide kernel can run: from the first T_max whose BLOCK_M is 16
+// (dsv4-flash: 129, three expected tokens per expert being the 8-token regime's end), or at any
+// T_max when MEGAMOE_NVFP4_KERNEL=wide is set while planning; never where the wide kernel is not
+// supported (FP8 weights, side-LoRA).
+TEST(BufferPlan, TokenF16OnlyWhereTheWideKernelCanRun) {
+  const MoEConfig decode = test::preset_config("dsv4-flash", 1, 128);
+  ASSERT_EQ(reachable_block_ms(decode), std::vector<int>{8});
+  EXPECT_FALSE(plan_symm_buffer(decode).has("token_f16"));
+  EXPECT_FALSE(plan_has_token_f16(decode));
+  EXPECT_TRUE(wide_kernel_supported(decode));
+  const MoEConfig prefill = test::preset_config("dsv4-flash", 1, 129);
+  EXPECT_EQ(reachable_block_ms(prefill).back(), 16);
+  EXPECT_TRUE(plan_symm_buffer(prefill).has("token_f16"));
+  {
+    const test::ScopedEnv forced("MEGAMOE_NVFP4_KERNEL", "wide");
+    EXPECT_TRUE(plan_symm_buffer(decode).has("token_f16"));
+  }
+  {
+    const test::ScopedEnv forced("MEGAMOE_NVFP4_KERNEL", "pipelined");
+    EXPECT_FALSE(plan_symm_buffer(decode).has("token_f16"));
+    EXPECT_TRUE(plan_symm_buffer(prefill).has("token_f16"));  // the default may still pick it
+  }
+  MoEConfig fp8 = test::preset_config("dsv4-flash", 1, 4096);
+  fp8.weight_format = fp8.act_format = Format::fp8;
+  EXPECT_FALSE(plan_symm_buffer(fp8).has("token_f16"));
+  // The region is most of a decode plan: without it dsv4-flash T_max = 128 is well under half.
+  EXPECT_LT(plan_symm_buffer(decode).total_bytes * 2, [&] {
+    const test::ScopedEnv forced("MEGAMOE_NVFP4_KERNEL", "wide");
+    return plan_symm_buffer(decode).total_bytes;
+  }());
 }
 
 // A launch's BLOCK_M must fit the pools the plan sized: always so under the heuristic (every token

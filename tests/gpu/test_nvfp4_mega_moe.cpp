@@ -582,6 +582,29 @@ TEST_F(Nvfp4MegaMoe, WideKernelSubTilesAndStages) {
   }
 }
 
+// A decode-only plan (BLOCK_M 8 at every token count) holds no wide-kernel scratch; forcing the
+// wide kernel after planning is refused before anything is enqueued, and the output keeps its
+// poison.
+TEST_F(Nvfp4MegaMoe, WideForcedAfterPlanningIsRefused) {
+  if (const char* v = std::getenv("MEGAMOE_NVFP4_KERNEL"); v != nullptr && *v != '\0') {
+    GTEST_SKIP() << "plans with MEGAMOE_NVFP4_KERNEL unset; it is forced to " << v;
+  }
+  Case c;
+  c.top_k = 6;
+  c.tokens = 4;
+  c.t_max = 8;  // 48 routes over 32 experts: BLOCK_M 8 is the only one reachable
+  Harness hs(c, case_seed());
+  ASSERT_FALSE(hs.buffer.plan.has("token_f16"));
+  const test::ScopedEnv wide("MEGAMOE_NVFP4_KERNEL", "wide");
+  try {
+    hs.poisoned_run();
+    FAIL() << "the wide kernel ran without its scratch";
+  } catch (const InvalidArgument& e) {
+    EXPECT_EQ(std::string(e.argument()), "MEGAMOE_NVFP4_KERNEL") << e.what();
+  }
+  for (const std::uint16_t bits : hs.fetch().out[0]) ASSERT_EQ(bits, 0xFFFF) << "output written";
+}
+
 // FP8 combine slots from the wide kernel, whose FC2 epilogue shares each 1x128 block's amax
 // across 8 warps: the shapes of WideKernelSubTilesAndStages with FC1's exchange in 2, 1 or 0
 // result buffers where they fit, four ranks, and the dsv4-flash widths (32-token sub-tiles,
@@ -605,13 +628,15 @@ TEST_F(Nvfp4MegaMoe, WideKernelFp8CombineMatchesPipelined) {
     if (!case_selected(c)) continue;
     const std::uint64_t seed = case_seed();
     SCOPED_TRACE(describe_case(c) + " seed " + std::to_string(seed));
+    // Planned with the wide kernel forced: at BLOCK_M 8 (the small cases) only such a plan holds
+    // its token chunks.
+    const test::ScopedEnv version("MEGAMOE_NVFP4_KERNEL", "wide");
     Harness hs(c, seed);
     Result pipelined;
     {
-      const test::ScopedEnv version("MEGAMOE_NVFP4_KERNEL", "pipelined");
+      const test::ScopedEnv first("MEGAMOE_NVFP4_KERNEL", "pipelined");
       pipelined = hs.poisoned_run();
     }
-    const test::ScopedEnv version("MEGAMOE_NVFP4_KERNEL", "wide");
     const int bm = get_block_m_for_mega_moe(hs.cfg, c.tokens);
     for (int buffers : {2, 1, 0}) {
       const test::ScopedEnv result_buffers("MEGAMOE_NVFP4_REDUCE_BUFFERS", std::to_string(buffers));
