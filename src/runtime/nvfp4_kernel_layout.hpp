@@ -1,7 +1,8 @@
 #pragma once
 // The kernel layout of NVFP4 weights for the SM90 NVFP4 MegaMoE kernel (docs/nvfp4_kernel.md,
-// "Weight layout"), as pure CPU functions: the weight transform uses them, and the CPU tests
-// check them against an emulation of the device decode.
+// "Weight layout"), as pure CPU functions: the CPU tests check them against an emulation of the
+// device decode, and the GPU test of the weight transform kernel
+// (sm90_nvfp4_weight_transform.cuh) checks its output against them byte for byte.
 #include <cstdint>
 #include <span>
 

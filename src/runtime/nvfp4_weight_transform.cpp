@@ -122,7 +122,7 @@ std::vector<jit::KernelRequest> nvfp4_weight_transform_kernels(const MoEConfig& 
 
 namespace {
 
-Device current_device() {
+Device launch_device() {
   return Device{DeviceKind::cuda, cuda::current_device()};
 }
 
@@ -143,7 +143,7 @@ Nvfp4KernelWeightBytes nvfp4_kernel_weight_bytes(const MoEConfig& config) {
 
 void transform_weights_for_mega_moe(const MoEConfig& config, const Nvfp4CheckpointWeights& in,
                                     const Nvfp4KernelWeights& out, Stream stream) {
-  const Device device = current_device();
+  const Device device = launch_device();
   validate::validate_nvfp4_checkpoint_weights(config, in, device, "in");
   validate::validate_nvfp4_kernel_weights(config, out, nvfp4_kernel_weight_bytes(config), device,
                                           "out");
@@ -165,7 +165,7 @@ void transform_ue4m3_sf_into_required_layout(const TensorView& in, ScaleLayout f
   // The kernel layout of the scales depends on the matrix role (see the weight transform), so
   // this function produces the layout transform_weights_for_mega_moe accepts and reads fastest:
   // plain row-major [..., rows, cols]. `out` holds the row-major shape.
-  const Device device = current_device();
+  const Device device = launch_device();
   for (const auto& [t, name] : {std::pair{&in, "in"}, std::pair{&out, "out"}}) {
     validate::check_defined(*t, name);
     validate::check_dtype_any(*t, name, {DType::ue4m3, DType::u8});
