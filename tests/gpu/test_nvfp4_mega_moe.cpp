@@ -602,7 +602,8 @@ TEST_F(Nvfp4MegaMoe, WideForcedAfterPlanningIsRefused) {
   } catch (const InvalidArgument& e) {
     EXPECT_EQ(std::string(e.argument()), "MEGAMOE_NVFP4_KERNEL") << e.what();
   }
-  for (const std::uint16_t bits : hs.fetch().out[0]) ASSERT_EQ(bits, 0xFFFF) << "output written";
+  const Result after = hs.fetch();
+  for (const std::uint16_t bits : after.out[0]) ASSERT_EQ(bits, 0xFFFF) << "output written";
 }
 
 // FP8 combine slots from the wide kernel, whose FC2 epilogue shares each 1x128 block's amax
