@@ -91,26 +91,25 @@ void launch_transform(const TensorView& packed, const TensorView& scales, ScaleL
   launch_kernel(load_cached(nvfp4_weight_transform_request()), cfg, p);
 }
 
-}  // namespace
-
-jit::KernelRequest nvfp4_weight_transform_request() {
+// A kernel with no template arguments: its shapes come at run time.
+jit::KernelRequest shape_free_request(const std::string& name, const std::string& entry) {
   jit::KernelRequest r;
-  r.name = "sm90_nvfp4_weight_transform";
-  r.source = "#include \"megamoe/impls/sm90_nvfp4_weight_transform.cuh\"\n";
-  r.entry = "megamoe::device::nvfp4_weight_transform_kernel";
+  r.name = name;
+  r.source = "#include \"megamoe/impls/" + name + ".cuh\"\n";
+  r.entry = "megamoe::device::" + entry;
   r.arch = "sm_90a";
   r.arguments = "none (shapes at run time)";
   return r;
 }
 
+}  // namespace
+
+jit::KernelRequest nvfp4_weight_transform_request() {
+  return shape_free_request("sm90_nvfp4_weight_transform", "nvfp4_weight_transform_kernel");
+}
+
 jit::KernelRequest ue4m3_scale_unswizzle_request() {
-  jit::KernelRequest r;
-  r.name = "sm90_ue4m3_scale_unswizzle";
-  r.source = "#include \"megamoe/impls/sm90_ue4m3_scale_unswizzle.cuh\"\n";
-  r.entry = "megamoe::device::ue4m3_scale_unswizzle_kernel";
-  r.arch = "sm_90a";
-  r.arguments = "none (shapes at run time)";
-  return r;
+  return shape_free_request("sm90_ue4m3_scale_unswizzle", "ue4m3_scale_unswizzle_kernel");
 }
 
 std::vector<jit::KernelRequest> nvfp4_weight_transform_kernels(const MoEConfig& config) {
