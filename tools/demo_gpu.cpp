@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "accuracy.hpp"
 #include "megamoe/buffer.hpp"
 #include "megamoe/formats.hpp"
@@ -126,7 +128,11 @@ std::string write_routes(const reference::MoEInputs& in, std::int64_t tokens, st
   const int fd = mkstemp(path);
   if (fd < 0) return {};
   FILE* f = fdopen(fd, "w");
-  if (f == nullptr) return {};
+  if (f == nullptr) {
+    close(fd);
+    std::remove(path);
+    return {};
+  }
   std::fprintf(f, "{\"tokens\": %lld, \"top_k\": %lld, \"topk_idx\": [",
                static_cast<long long>(tokens), static_cast<long long>(top_k));
   for (std::size_t i = 0; i < in.topk_idx.size(); ++i) {
@@ -137,7 +143,11 @@ std::string write_routes(const reference::MoEInputs& in, std::int64_t tokens, st
     std::fprintf(f, "%s%.9g", i ? ", " : "", static_cast<double>(in.topk_weights[i]));
   }
   std::fprintf(f, "]}\n");
-  return std::fclose(f) == 0 ? std::string(path) : std::string();
+  if (std::fclose(f) != 0) {
+    std::remove(path);
+    return {};
+  }
+  return path;
 }
 
 // The PyTorch BF16 baseline of the benchmark brief, run in a child process on this GPU with the
