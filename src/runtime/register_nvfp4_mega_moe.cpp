@@ -45,13 +45,12 @@ std::size_t smem_for(const MoEConfig& c, int block_m, int ns, int ksplit, int st
   const auto n = static_cast<std::size_t>(ns);
   const auto kw = static_cast<std::size_t>(ksplit);
   const std::size_t stage_bytes = 4 * kw * static_cast<std::size_t>(stage_blocks) * 1152 + 16;
-  // Stages (or a 16-byte token and one full / empty / head barrier), the first stage's head
-  // barriers, then the published-unit ring (one slot without stages).
+  // Stages (or a 16-byte token and one full / empty barrier), then the published-unit ring (one
+  // slot without stages).
   const std::size_t ring = stages < 0 ? 0
                            : stages == 0
-                               ? 16 + 3 * 8 + 8 + 16
-                               : static_cast<std::size_t>(stages) * stage_bytes + kUnitRingBytes +
-                                     8 * static_cast<std::size_t>(stage_blocks);  // head barriers
+                               ? 16 + 2 * 8 + 8 + 16
+                               : static_cast<std::size_t>(stages) * stage_bytes + kUnitRingBytes;
   const std::size_t ypair = stages < 0 ? 0 : (c.fp8_combine ? 128 * n * 4 : 4);
   const std::size_t slice = 4 * 32 * (n / 8) * 4 * 4;  // one K slice's partials, bytes
   const std::size_t reduce = stages < 0 ? (kw - 1) * slice + 64 * n * 4  // partials + tile

@@ -186,38 +186,15 @@ struct StagePosition {
 // Staged: acc[nt] += the unit's weights x the token tile, one stage per SB blocks of this warp
 // (nbw, a multiple of SB). Barrier full[stage]: the producer's expect_tx arrival + the stage's
 // bytes complete a phase; empty[stage]: every consumer thread arrives once it has read the stage.
-// `head` (the kernel's first unit only): the first stage arrives block by block, block d on
-// head[d], so the consumers start on its first block instead of the whole stage.
 template <int KMAX, int NT, int KW, int STAGES, int SB>
 MEGAMOE_DEVICE void consume_staged(const u8* ring, u64* full, u64* empty, StagePosition& pos,
-                                   int nbw, const u16* b, float (&acc)[NT][4],
-                                   u64* head = nullptr) {
+                                   int nbw, const u16* b, float (&acc)[NT][4]) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int rg = warp & 3, kh = warp >> 2;
   const int q_off = rg * SB * KW * 1152 + kh * 1024 + lane * 16;
   const int s_off = rg * SB * KW * 1152 + SB * KW * 1024 + kh * 128 + (lane >> 2) * 16;
   const u16* bl = lane_token_block<KMAX>(b, kh);
-  int j = 0;
-  if (head != nullptr) {
-    // Stage 0 of round 0: parity 0 of every head barrier.
-    const u8* st = ring + pos.stage * kStageBytes<KW, SB>;
-    for (int d = 0; d < SB; ++d, bl += KW * 128) {
-      ptx::mbarrier_wait_parity(head + d, 0u);
-      const ptx::u32x4 q0 = *reinterpret_cast<const ptx::u32x4*>(st + q_off + d * KW * 1024);
-      const ptx::u32x4 q1 = *reinterpret_cast<const ptx::u32x4*>(st + q_off + d * KW * 1024 + 512);
-      const ptx::u32x4 sc = *reinterpret_cast<const ptx::u32x4*>(st + s_off + d * KW * 128);
-      const u32 words[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
-      const u32 scw[4] = {sc.x, sc.y, sc.z, sc.w};
-      if (d == SB - 1) ptx::mbarrier_arrive(empty + pos.stage);
-      block_mma<KMAX, NT>(words, scw, bl, acc);
-    }
-    if (++pos.stage == STAGES) {
-      pos.stage = 0;
-      pos.parity ^= 1u;
-    }
-    j = SB;
-  }
-  for (; j < nbw; j += SB) {
+  for (int j = 0; j < nbw; j += SB) {
     ptx::mbarrier_wait_parity(full + pos.stage, pos.parity);
     const u8* st = ring + pos.stage * kStageBytes<KW, SB>;
 #pragma unroll
@@ -284,7 +261,6 @@ struct Smem {
   // Weight stages and their barriers (STAGES > 0; a token 16 B otherwise).
   u8 ring[STAGES > 0 ? STAGES* kStageBytes<KW, SB> : 16];
   u64 full[STAGES > 0 ? STAGES : 1], empty[STAGES > 0 ? STAGES : 1];
-  u64 head[STAGES > 0 ? SB : 1];  // the kernel's first stage, block by block
   u64 unit_ready[STAGES > 0 ? kUnitSlots : 1];
   ptx::u32x4 unit_q[STAGES > 0 ? kUnitSlots : 1];
   u16 b[NS * (KMAX + 8)];
@@ -415,9 +391,6 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
       ptx::mbarrier_init(s.full + p, 1);
       ptx::mbarrier_init(s.empty + p, kThreads);
     }
-    // head[d]: 1 arrival (the producer's expect_tx) + block d's bytes of the kernel's first
-    // stage, once (phase 0); that stage's full barrier gets a plain arrival to stay in step.
-    for (int d = 0; d < (kStaged ? SB : 0); ++d) ptx::mbarrier_init(s.head + d, 1);
     // unit_ready[q]: one arrival (the producer's lane 0, once slot q holds its next unit).
     for (int q = 0; q < (kStaged ? kUnitSlots : 0); ++q) ptx::mbarrier_init(s.unit_ready + q, 1);
     ptx::fence_mbarrier_init();
@@ -478,7 +451,6 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
       u32 round = 0;
       int prev_tile = -1, e = 0, seq = 0;
       bool first_tile_ready = false;
-      bool first_stage = true;
       const u64 policy = ptx::l2_evict_first_policy();
       auto emit = [&](const Unit& u) {
         if (lane == 0) publish_unit(s.unit_q, s.unit_ready, seq, u);
@@ -497,33 +469,12 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
         for (int j = 0; j < nb / kStep; ++j) {
           if (round > 0) ptx::mbarrier_wait_parity(s.empty + stage, (round - 1) & 1u);
           u8* dst = s.ring + stage * kStageBytes<KW, SB> + lane * kStep * 1152;
-          const u64 blk = static_cast<u64>(j) * kStep;
-          if (first_stage) {
-            // The kernel's first stage block by block (block d of every consumer warp on
-            // head[d]), so that the consumers start once its first blocks are in.
-            first_stage = false;
-            if (lane == 0) {
-              for (int d = 0; d < SB; ++d)
-                ptx::mbarrier_arrive_expect_tx(s.head + d, 4 * KW * 1152);
-              ptx::mbarrier_arrive(s.full + stage);
-            }
-            __syncwarp();  // the byte counts are armed before any copy lands
-            if (lane < 4) {
-              for (int d = 0; d < SB; ++d) {
-                const u64 b = blk + static_cast<u64>(d) * KW;
-                ptx::bulk_load(dst + d * KW * 1024, q + b * 1024, KW * 1024, s.head + d, policy);
-                ptx::bulk_load(dst + kStep * 1024 + d * KW * 128, sf + b * 128, KW * 128,
-                               s.head + d, policy);
-              }
-            }
-          } else {
-            if (lane == 0) ptx::mbarrier_arrive_expect_tx(s.full + stage, kStageBytes<KW, SB>);
-            __syncwarp();  // the stage's byte count is armed before any of its copies lands
-            if (lane < 4) {
-              ptx::bulk_load(dst, q + blk * 1024, kStep * 1024, s.full + stage, policy);
-              ptx::bulk_load(dst + kStep * 1024, sf + blk * 128, kStep * 128, s.full + stage,
-                             policy);
-            }
+          if (lane == 0) ptx::mbarrier_arrive_expect_tx(s.full + stage, kStageBytes<KW, SB>);
+          __syncwarp();  // the stage's byte count is armed before any of its copies lands
+          if (lane < 4) {
+            const u64 blk = static_cast<u64>(j) * kStep;
+            ptx::bulk_load(dst, q + blk * 1024, kStep * 1024, s.full + stage, policy);
+            ptx::bulk_load(dst + kStep * 1024, sf + blk * 128, kStep * 128, s.full + stage, policy);
           }
           if (++stage == STAGES) {
             stage = 0;
@@ -566,16 +517,15 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
   Ring<RING> ring;           // STAGES = 0
   StagePosition pos{0, 0u};  // STAGES > 0
   UnitPosition upos{0};      // STAGES > 0
-  // The units: with stages, as the producer publishes them; else the static schedule (the first
-  // is taken at phase 1, below).
+  // The units: with stages, as the producer publishes them; else the static schedule.
   auto next_unit = [&] { return take_unit(s.unit_q, s.unit_ready, upos); };
-  Unit cur{0, 0, 0, 2};
-  Stream cs{nullptr, nullptr, 0, RING, -1, 0};
+  Unit cur = kStaged ? next_unit() : sched.first(0);
+  Stream cs = stream_of(cur, Stream{nullptr, nullptr, 0, RING, -1, 0});
+  if constexpr (!kStaged) prime<RING, KW>(ring, cs, kh, lane);
   // One unit's MMAs over the token sub-tile (`ns`: the next unit's stream, which the register
   // ring starts loading at the end of this one); its split-K partials land in `red` (the unit's
   // exchange buffer) and one CTA barrier makes them readable to the epilogue.
   int red_buf = 0;
-  bool first_stream = true;  // the kernel's first stage comes block by block (head barriers)
   const float* red = s.red;
   auto stream_unit = [&](const Stream& ns) {
 #pragma unroll
@@ -583,9 +533,7 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
 #pragma unroll
       for (int c = 0; c < 4; ++c) acc[nt][c] = 0.0f;
     if constexpr (kStaged) {
-      consume_staged<KMAX, NT, KW, STAGES, SB>(s.ring, s.full, s.empty, pos, cs.nbw, s.b, acc,
-                                               first_stream ? s.head : nullptr);
-      first_stream = false;
+      consume_staged<KMAX, NT, KW, STAGES, SB>(s.ring, s.full, s.empty, pos, cs.nbw, s.b, acc);
     } else {
       consume<KMAX, NT, RING, KW>(ring, cs, ns, s.b, acc);
     }
@@ -620,54 +568,6 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
   bool first_tile_ready = false;             // FirstTileReady signalled
   float route_w = 0.0f, route_alpha = 0.0f;  // this thread's route (tid < live) of a new tile
   bool fresh_routes = false;
-  // The routes of FC1 tile `tileg` (expert e, tile `tile` of it; `live` routes) into shared
-  // memory, this thread's route weight and alpha into registers.
-  auto enter_tile = [&](int tileg, int e, int tile, int live) {
-    b_tile = tileg;
-    b_sub = -1;
-    Sync::sync();  // the previous tile's routes are no longer read
-    if (warp == 0) nvfp4_moe::gather_tile_routes<K, R, BM>(a, s, first_expert + e, tile);
-    Sync::sync();
-    if (tid < live) {
-      // Issued here, stored after the token tile: the two loads' latencies overlap.
-      const int sr = s.route_src[tid], tok = s.route_tok[tid], k = s.route_k[tid];
-      const u8* sb = a.base[sr];
-      route_w = __ldg(reinterpret_cast<const float*>(sb + a.off_topk_w + tok * topk_pitch) + k);
-      route_alpha = __fmul_rn(__ldg(reinterpret_cast<const float*>(sb + a.off_x_global) + tok),
-                              __ldg(a.alpha1[rank] + e));
-      fresh_routes = true;
-    }
-  };
-  // Token sub-tile `sub` (`sub_live` rows) of the current tile into s.b.
-  auto enter_sub = [&](int sub, int sub_live) {
-    b_sub = sub;
-    Sync::sync();  // s.b is no longer read
-    load_token_tile_paired<H, KMAX, NS, kThreads, false>(
-        s.b, sub_live, [&](int i) { return nvfp4_moe::fc1_token_row(a, s, sub * NS + i); },
-        [&](int i) { return nvfp4_moe::fc1_token_sf_row(a, s, sub * NS + i); });
-    Sync::sync();
-    if (kStaged && !first_tile_ready) {
-      FirstTileReady::arrive();
-      first_tile_ready = true;
-    }
-  };
-  if constexpr (kStaged) {
-    // The first unit is the schedule's first, which every thread knows: its routes and token
-    // tile are fetched before the producer has published it, so that their loads leave before
-    // the weight copies fill the memory queues (queued behind them they took ~3 us at T = 1).
-    const Unit f = sched.first(0);
-    if (f.phase == 0) {
-      const int e = schedule_expert_of_tile<EL>(s.tile_prefix, f.tileg);
-      const int tile = f.tileg - s.tile_prefix[e];
-      const int live = min(BM, s.count[e] - tile * BM);
-      enter_tile(f.tileg, e, tile, live);
-      enter_sub(f.sub, min(NS, live - f.sub * NS));
-    }
-  }
-  // Only now the producer's first publication (the same unit).
-  cur = kStaged ? next_unit() : sched.first(0);
-  cs = stream_of(cur, cs);
-  if constexpr (!kStaged) prime<RING, KW>(ring, cs, kh, lane);
   while (cur.phase == 0) {
     // The register ring needs the next unit's stream now (it starts loading it during this
     // one); with stages the producer may not have published it yet.
@@ -677,9 +577,36 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
     const int tile = cur.tileg - s.tile_prefix[e];
     const int live = min(BM, s.count[e] - tile * BM);
     const int pool_row0 = (s.tile_prefix[e] + tile) * BM;
-    if (cur.tileg != b_tile) enter_tile(cur.tileg, e, tile, live);
+    if (cur.tileg != b_tile) {
+      b_tile = cur.tileg;
+      b_sub = -1;
+      Sync::sync();  // the previous tile's routes are no longer read
+      if (warp == 0) nvfp4_moe::gather_tile_routes<K, R, BM>(a, s, first_expert + e, tile);
+      Sync::sync();
+      if (tid < live) {
+        // Issued here, stored after the token tile: the two loads' latencies overlap.
+        const int sr = s.route_src[tid], tok = s.route_tok[tid], k = s.route_k[tid];
+        const u8* sb = a.base[sr];
+        route_w = __ldg(reinterpret_cast<const float*>(sb + a.off_topk_w + tok * topk_pitch) + k);
+        route_alpha = __fmul_rn(__ldg(reinterpret_cast<const float*>(sb + a.off_x_global) + tok),
+                                __ldg(a.alpha1[rank] + e));
+        fresh_routes = true;
+      }
+    }
     const int sub_live = min(NS, live - cur.sub * NS);
-    if (cur.sub != b_sub) enter_sub(cur.sub, sub_live);
+    if (cur.sub != b_sub) {
+      b_sub = cur.sub;
+      Sync::sync();  // s.b is no longer read
+      const int sub = cur.sub;
+      load_token_tile_paired<H, KMAX, NS, kThreads, false>(
+          s.b, sub_live, [&](int i) { return nvfp4_moe::fc1_token_row(a, s, sub * NS + i); },
+          [&](int i) { return nvfp4_moe::fc1_token_sf_row(a, s, sub * NS + i); });
+      Sync::sync();
+      if (kStaged && !first_tile_ready) {
+        FirstTileReady::arrive();
+        first_tile_ready = true;
+      }
+    }
     if (fresh_routes) {
       // Read by the epilogue only, after stream_unit's barrier.
       s.route_w[tid] = route_w;
