@@ -90,6 +90,9 @@ std::unique_ptr<PeerMemory> make_nccl_peer_memory(void* comm, std::size_t bytes_
 struct SymmBuffer {
   SymmBufferPlan plan;
   std::shared_ptr<PeerMemory> memory;
+  // Ordinal of the GPU the memory lives on: the current GPU when get_symm_buffer_for_mega_moe
+  // allocated it. Calls on the buffer must run with that GPU current.
+  int device = 0;
 
   // Device pointer to `region` of rank `rank`'s buffer.
   void* view(int rank, std::string_view region) const;

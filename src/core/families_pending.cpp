@@ -11,11 +11,10 @@
 namespace megamoe {
 namespace {
 
-// These calls never reach a GPU, so the buffer's GPU is taken from the first output; every
-// other tensor must be on the same one.
-Device device_of_first(const TensorView* first) {
-  if (first != nullptr && first->device.kind == DeviceKind::cuda) return first->device;
-  return Device{DeviceKind::cuda, 0};
+// These calls never reach a GPU: every tensor must be on the buffer's (SymmBuffer::device), the
+// GPU a launcher would find current.
+Device buffer_gpu(const SymmBuffer& buffer) {
+  return Device{DeviceKind::cuda, buffer.device};
 }
 
 [[noreturn]] void no_kernel(std::string_view function) {
@@ -23,45 +22,38 @@ Device device_of_first(const TensorView* first) {
                     ": no sm90 kernel for this family yet (see docs/design.md)");
 }
 
-template <typename Outputs>
-Device outputs_device(std::span<const Outputs> outputs) {
-  return device_of_first(outputs.empty() ? nullptr : &outputs.front().out);
-}
-
 }  // namespace
 
 void fp8_mega_moe(const SymmBuffer& buffer, std::span<const Fp8ExpertWeights> weights,
                   std::span<const MoEOutputs> outputs, Stream) {
-  validate::validate_fp8_mega_moe(validate::buffer_facts(buffer, outputs_device(outputs)), weights,
+  validate::validate_fp8_mega_moe(validate::buffer_facts(buffer, buffer_gpu(buffer)), weights,
                                   outputs);
   no_kernel("fp8_mega_moe");
 }
 
 void mxfp4_mega_moe(const SymmBuffer& buffer, std::span<const Mxfp4ExpertWeights> weights,
                     std::span<const MoEOutputs> outputs, Stream) {
-  validate::validate_mxfp4_mega_moe(validate::buffer_facts(buffer, outputs_device(outputs)),
-                                    weights, outputs);
+  validate::validate_mxfp4_mega_moe(validate::buffer_facts(buffer, buffer_gpu(buffer)), weights,
+                                    outputs);
   no_kernel("mxfp4_mega_moe");
 }
 
 void bf16_mega_moe(const SymmBuffer& buffer, std::span<const Bf16ExpertWeights> weights,
                    std::span<const MoEOutputs> outputs, Stream) {
-  validate::validate_bf16_mega_moe(validate::buffer_facts(buffer, outputs_device(outputs)), weights,
+  validate::validate_bf16_mega_moe(validate::buffer_facts(buffer, buffer_gpu(buffer)), weights,
                                    outputs);
   no_kernel("bf16_mega_moe");
 }
 
 void side_lora_mega_moe_forward(const SymmBuffer& buffer,
                                 std::span<const SideLoraForwardArgs> ranks, Stream) {
-  const Device device = device_of_first(ranks.empty() ? nullptr : &ranks.front().out);
-  validate::validate_side_lora_forward(validate::buffer_facts(buffer, device), ranks);
+  validate::validate_side_lora_forward(validate::buffer_facts(buffer, buffer_gpu(buffer)), ranks);
   no_kernel("side_lora_mega_moe_forward");
 }
 
 void side_lora_mega_moe_backward(const SymmBuffer& buffer,
                                  std::span<const SideLoraBackwardArgs> ranks, Stream) {
-  const Device device = device_of_first(ranks.empty() ? nullptr : &ranks.front().grads.dx);
-  validate::validate_side_lora_backward(validate::buffer_facts(buffer, device), ranks);
+  validate::validate_side_lora_backward(validate::buffer_facts(buffer, buffer_gpu(buffer)), ranks);
   no_kernel("side_lora_mega_moe_backward");
 }
 

@@ -93,7 +93,8 @@ struct BufferFacts {
   int num_ranks = 0;              // of the peer memory
   std::vector<int> driven_ranks;  // ranks this process launches
   std::size_t bytes_per_rank = 0;
-  Device device{DeviceKind::cuda, 0};  // the GPU the buffers live on
+  Device device{DeviceKind::cuda, 0};  // the GPU the call launches on (tensors must be there)
+  int buffer_device = 0;               // SymmBuffer::device: where the buffer's memory lives
 };
 // `device`: the GPU the caller launches on (launchers pass their current device).
 BufferFacts buffer_facts(const SymmBuffer& buffer, Device device);

@@ -31,6 +31,7 @@ BufferFacts buffer_facts(const SymmBuffer& buffer, Device device) {
   f.driven_ranks = buffer.memory->driven_ranks();
   f.bytes_per_rank = buffer.memory->bytes_per_rank();
   f.device = device;
+  f.buffer_device = buffer.device;
   return f;
 }
 
@@ -60,6 +61,12 @@ void validate_buffer(const BufferFacts& b) {
   }
   if (b.device.kind != DeviceKind::cuda) {
     throw_invalid("buffer", "must live on a CUDA device", "cpu");
+  }
+  if (b.buffer_device != b.device.index) {
+    throw_invalid("buffer",
+                  "lives on cuda:" + num(b.buffer_device) +
+                      ": call with that GPU current and its tensors there",
+                  "a call on cuda:" + num(b.device.index));
   }
 }
 

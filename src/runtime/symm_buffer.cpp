@@ -5,6 +5,7 @@
 
 #include "megamoe/buffer.hpp"
 #include "megamoe/error.hpp"
+#include "runtime/device_select.hpp"
 
 namespace megamoe {
 
@@ -37,6 +38,7 @@ SymmBuffer get_symm_buffer_for_mega_moe(const MoEConfig& config, std::string_vie
   } else {
     throw_invalid("provider", "must be \"local\" or \"nccl\"", std::string(provider));
   }
+  b.device = cuda::current_device();
   return b;
 }
 

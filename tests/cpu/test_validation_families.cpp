@@ -106,9 +106,9 @@ TEST(ValidationFamilies, PendingEntryPointsValidateFirst) {
   EXPECT_INVALID(bf16_mega_moe(b.buffer, b.weights, b.outputs, nullptr), "weights[1].w2",
                  "dtype must be bf16");
   Fp8Call f(config(Format::fp8, Format::fp8), fp8_weights);
-  f.outputs[0].out.device = {DeviceKind::cuda, 1};  // the others are on cuda:0
+  f.outputs[1].out.device = {DeviceKind::cuda, 1};  // the buffer and the others are on cuda:0
   EXPECT_INVALID(fp8_mega_moe(f.buffer, f.weights, f.outputs, nullptr), "outputs[1].out",
-                 "must be on the buffer's GPU cuda:1");
+                 "must be on the buffer's GPU cuda:0");
 }
 
 TEST(ValidationFamilies, WrongFamilyBuffer) {

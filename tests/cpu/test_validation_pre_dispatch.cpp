@@ -83,6 +83,18 @@ TEST(ValidationPreDispatch, WrongGpu) {
   EXPECT_INVALID(c.run(), "inputs[1].topk_idx", "must be on the buffer's GPU cuda:0");
 }
 
+// A buffer allocated on one GPU, called with another current (tensors there too): refused,
+// naming the buffer's GPU, before any tensor is looked at.
+TEST(ValidationPreDispatch, BufferOnAnotherGpu) {
+  Case c;
+  c.buffer.device = 1;
+  EXPECT_INVALID(c.run(), "buffer", "lives on cuda:1");
+  for (PreDispatchInputs& in : c.inputs) {
+    for (TensorView* t : {&in.x, &in.topk_idx, &in.topk_weights}) t->device.index = 1;
+  }
+  EXPECT_NO_THROW(validate_pre_dispatch(buffer_facts(c.buffer, {DeviceKind::cuda, 1}), c.inputs));
+}
+
 TEST(ValidationPreDispatch, XDtype) {
   Case c;
   c.inputs[0].x.dtype = DType::f16;

@@ -1,7 +1,8 @@
 // The launchers work on whichever GPU is current and check tensors against it: the whole NVFP4
 // path (weight transform, pre-dispatch, nvfp4_mega_moe) on device 1 with tensors tagged cuda:1,
 // bitwise equal to the same call on device 0; tensors tagged with another GPU are refused before
-// anything is enqueued. Needs two GPUs (skips, saying so, otherwise).
+// anything is enqueued, and so is a buffer allocated on the other GPU. Needs two GPUs (skips,
+// saying so, otherwise).
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -137,6 +138,31 @@ TEST_F(DeviceIndex, TensorsOfAnotherGpuAreRefused) {
   } catch (const InvalidArgument& e) {
     EXPECT_EQ(std::string(e.argument()), "inputs[0].x") << e.what();
     EXPECT_NE(std::string(e.what()).find("cuda:1"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(DeviceIndex, BufferOfAnotherGpuIsRefused) {
+  const std::int64_t tokens = 8;
+  const MoEConfig c = small_config(tokens);
+  cuda::select_device(0);
+  const SymmBuffer on0 = get_symm_buffer_for_mega_moe(c, "local");
+  EXPECT_EQ(on0.device, 0);
+  cuda::select_device(1);
+  DeviceBuffer x(static_cast<std::size_t>(tokens * c.shape.hidden * 2)),
+      ids(static_cast<std::size_t>(tokens * c.shape.top_k * 8)),
+      tw(static_cast<std::size_t>(tokens * c.shape.top_k * 4));
+  const Device gpu1{DeviceKind::cuda, 1};
+  PreDispatchInputs pd;
+  pd.x = TensorView::contiguous(x.as<void>(), DType::bf16, {tokens, c.shape.hidden}, gpu1);
+  pd.topk_idx = TensorView::contiguous(ids.as<void>(), DType::i64, {tokens, c.shape.top_k}, gpu1);
+  pd.topk_weights =
+      TensorView::contiguous(tw.as<void>(), DType::f32, {tokens, c.shape.top_k}, gpu1);
+  try {
+    mega_moe_pre_dispatch(on0, std::span<const PreDispatchInputs>(&pd, 1), nullptr);
+    FAIL() << "a buffer on device 0 was used with device 1 current";
+  } catch (const InvalidArgument& e) {
+    EXPECT_EQ(std::string(e.argument()), "buffer") << e.what();
+    EXPECT_NE(std::string(e.what()).find("lives on cuda:0"), std::string::npos) << e.what();
   }
 }
 

@@ -89,6 +89,7 @@ nb::dict all_views(nb::handle owner, const SymmBuffer& b, int rank) {
 void register_buffer(nb::module_& m) {
   nb::class_<SymmBuffer>(m, "SymmBuffer", "A planned symmetric buffer with its device memory")
       .def_ro("plan", &SymmBuffer::plan)
+      .def_ro("device", &SymmBuffer::device, "ordinal of the GPU the memory lives on")
       .def_prop_ro("provider", [](const SymmBuffer& b) { return std::string(b.memory->kind()); })
       .def_prop_ro("num_ranks", [](const SymmBuffer& b) { return b.memory->num_ranks(); })
       .def_prop_ro("driven_ranks", [](const SymmBuffer& b) { return b.memory->driven_ranks(); })
