@@ -11,10 +11,9 @@ namespace megamoe {
 
 int get_num_sms() {
   const cuda::Driver& d = cuda::driver();
-  // driver() makes device 0's primary context current; every GPU of one node is the same model
-  // in the deployments megamoe targets, so device 0's count stands for the current device.
+  // The current context's GPU: the one the launchers launch on (cuda::current_device()).
   CUdevice device = 0;
-  MEGAMOE_CU(d.cuDeviceGet(&device, 0));
+  MEGAMOE_CU(d.cuCtxGetDevice(&device));
   int device_sms = 0;
   MEGAMOE_CU(d.cuDeviceGetAttribute(&device_sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device));
   std::optional<std::string_view> env;
