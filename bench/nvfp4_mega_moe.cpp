@@ -58,10 +58,6 @@ using runtime::DeviceBuffer;
 
 constexpr int kSets = 8;
 constexpr int kReplays = 21;
-// The current device, which the launchers check every tensor against.
-Device gpu() {
-  return Device{DeviceKind::cuda, cuda::current_device()};
-}
 
 const char* kHelperSource = R"(
 // Random bytes; scale_mode: valid re-encoded scale bytes (f16 exponent 13..21, any mantissa).
@@ -208,18 +204,19 @@ int main(int argc, char** argv) {
       const double expert_bytes =
           static_cast<double>(wb.w13 + wb.w13_sf + wb.w2 + wb.w2_sf) / static_cast<double>(el);
 
+      const Device gpu = cuda::current_gpu();  // every tensor is tagged with it
       Nvfp4KernelWeights kw;
-      auto blob = [](const DeviceBuffer& b) {
+      auto blob = [&](const DeviceBuffer& b) {
         return TensorView::contiguous(b.as<void>(), DType::u8,
-                                      {static_cast<std::int64_t>(b.size())}, gpu());
+                                      {static_cast<std::int64_t>(b.size())}, gpu);
       };
       kw.w13 = blob(w13);
       kw.w13_sf = blob(w13_sf);
       kw.w2 = blob(w2);
       kw.w2_sf = blob(w2_sf);
-      kw.fc1_alpha = TensorView::contiguous(da1.as<void>(), DType::f32, {el}, gpu());
-      kw.fc2_alpha = TensorView::contiguous(da2.as<void>(), DType::f32, {el}, gpu());
-      kw.fc2_input_scale = TensorView::contiguous(ds2.as<void>(), DType::f32, {el}, gpu());
+      kw.fc1_alpha = TensorView::contiguous(da1.as<void>(), DType::f32, {el}, gpu);
+      kw.fc2_alpha = TensorView::contiguous(da2.as<void>(), DType::f32, {el}, gpu);
+      kw.fc2_input_scale = TensorView::contiguous(ds2.as<void>(), DType::f32, {el}, gpu);
       const SymmBuffer buffer = get_symm_buffer_for_mega_moe(c, "local");
 
       for (const RoutingCase& rc : routings) {
@@ -248,7 +245,7 @@ int main(int argc, char** argv) {
             images.back().copy_from_host(std::as_bytes(std::span<const std::uint8_t>(img.bytes)));
             outs.emplace_back(static_cast<std::size_t>(T * H * 2));
             outputs.push_back(
-                {0, TensorView::contiguous(outs.back().as<void>(), DType::bf16, {T, H}, gpu())});
+                {0, TensorView::contiguous(outs.back().as<void>(), DType::bf16, {T, H}, gpu)});
           }
           const auto region = reinterpret_cast<CUdeviceptr>(
               static_cast<std::uint8_t*>(buffer.memory->base(0)) + image_offset);

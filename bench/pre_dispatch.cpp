@@ -79,7 +79,7 @@ int main(int argc, char** argv) {
     const cuda::Driver& drv = cuda::driver();
     const runtime::DeviceProperties props = runtime::device_properties();
     runtime::Stream stream;
-    const Device gpu{DeviceKind::cuda, cuda::current_device()};
+    const Device gpu = cuda::current_gpu();
     const std::int64_t experts = 256;
 
     // Inputs: random bf16 tokens (never zeros), random routes with some masked ids.

@@ -34,16 +34,13 @@ namespace {
 
 using runtime::DeviceBuffer;
 using runtime::upload;
-// The current device, which the launchers check every tensor against.
-Device gpu() {
-  return Device{DeviceKind::cuda, cuda::current_device()};
-}
 
 // The layer's weights on the device in kernel layout, made from checkpoint-layout tensors;
 // `transform_ms`: wall time of the transform (allocation of the kernel-layout blobs included).
 std::unique_ptr<runtime::Nvfp4KernelWeightStorage> load_weights(
     const MoEConfig& c, const reference::QuantizedWeights& w, const std::vector<float>& fc2_scale,
     double* transform_ms) {
+  const Device gpu = cuda::current_gpu();  // every tensor is tagged with it
   const std::int64_t e = c.experts_per_rank(), h = c.shape.hidden, i = c.shape.intermediate;
   // Checkpoint tensors live only until the transform has run.
   DeviceBuffer w13 = upload(w.w13.packed), s13 = upload(w.w13.scales),
@@ -51,13 +48,13 @@ std::unique_ptr<runtime::Nvfp4KernelWeightStorage> load_weights(
   DeviceBuffer w2 = upload(w.w2.packed), s2 = upload(w.w2.scales), g2 = upload(w.w2.global_scales);
   DeviceBuffer fs = upload(fc2_scale);
   Nvfp4CheckpointWeights in;
-  in.w13 = TensorView::contiguous(w13.as<void>(), DType::e2m1x2, {e, 2 * i, h / 2}, gpu());
-  in.w13_sf = TensorView::contiguous(s13.as<void>(), DType::ue4m3, {e, 2 * i, h / 16}, gpu());
-  in.w13_global = TensorView::contiguous(g13.as<void>(), DType::f32, {e}, gpu());
-  in.w2 = TensorView::contiguous(w2.as<void>(), DType::e2m1x2, {e, h, i / 2}, gpu());
-  in.w2_sf = TensorView::contiguous(s2.as<void>(), DType::ue4m3, {e, h, i / 16}, gpu());
-  in.w2_global = TensorView::contiguous(g2.as<void>(), DType::f32, {e}, gpu());
-  in.fc2_input_scale = TensorView::contiguous(fs.as<void>(), DType::f32, {e}, gpu());
+  in.w13 = TensorView::contiguous(w13.as<void>(), DType::e2m1x2, {e, 2 * i, h / 2}, gpu);
+  in.w13_sf = TensorView::contiguous(s13.as<void>(), DType::ue4m3, {e, 2 * i, h / 16}, gpu);
+  in.w13_global = TensorView::contiguous(g13.as<void>(), DType::f32, {e}, gpu);
+  in.w2 = TensorView::contiguous(w2.as<void>(), DType::e2m1x2, {e, h, i / 2}, gpu);
+  in.w2_sf = TensorView::contiguous(s2.as<void>(), DType::ue4m3, {e, h, i / 16}, gpu);
+  in.w2_global = TensorView::contiguous(g2.as<void>(), DType::f32, {e}, gpu);
+  in.fc2_input_scale = TensorView::contiguous(fs.as<void>(), DType::f32, {e}, gpu);
   // Compiled (or fetched from the JIT cache) first, so that the time is the transform's own.
   runtime::load_cached(runtime::nvfp4_weight_transform_request());
   const auto start = std::chrono::steady_clock::now();
@@ -176,6 +173,7 @@ std::string torch_baseline(const std::string& preset, std::int64_t tokens,
 }  // namespace
 
 int run_gpu_demo(const MoEConfig& config, std::int64_t tokens, std::uint64_t seed) {
+  const Device gpu = cuda::current_gpu();  // every tensor is tagged with it
   const runtime::DeviceProperties props = runtime::device_properties();
   std::printf("GPU: %s (%s, %d SMs), driver %d; seed %llu\n", props.name.c_str(),
               props.arch.c_str(), props.sm_count, props.driver_version,
@@ -196,11 +194,11 @@ int run_gpu_demo(const MoEConfig& config, std::int64_t tokens, std::uint64_t see
   DeviceBuffer out(static_cast<std::size_t>(tokens * h * 2));
   const SymmBuffer buffer = get_symm_buffer_for_mega_moe(config, "local");
   PreDispatchInputs pd;
-  pd.x = TensorView::contiguous(x.as<void>(), DType::bf16, {tokens, h}, gpu());
-  pd.topk_idx = TensorView::contiguous(ids.as<void>(), DType::i64, {tokens, k}, gpu());
-  pd.topk_weights = TensorView::contiguous(tw.as<void>(), DType::f32, {tokens, k}, gpu());
+  pd.x = TensorView::contiguous(x.as<void>(), DType::bf16, {tokens, h}, gpu);
+  pd.topk_idx = TensorView::contiguous(ids.as<void>(), DType::i64, {tokens, k}, gpu);
+  pd.topk_weights = TensorView::contiguous(tw.as<void>(), DType::f32, {tokens, k}, gpu);
   const Nvfp4MoEOutputs outputs{
-      0, TensorView::contiguous(out.as<void>(), DType::bf16, {tokens, h}, gpu())};
+      0, TensorView::contiguous(out.as<void>(), DType::bf16, {tokens, h}, gpu)};
   runtime::Stream stream;
   auto layer = [&] {
     mega_moe_pre_dispatch(buffer, std::span<const PreDispatchInputs>(&pd, 1), stream.get());

@@ -46,4 +46,8 @@ int current_device() {
   throw CudaError("cuCtxGetDevice returned a device that no ordinal names");
 }
 
+Device current_gpu() {
+  return Device{DeviceKind::cuda, current_device()};
+}
+
 }  // namespace megamoe::cuda

@@ -2,6 +2,8 @@
 // Choosing the GPU of the calling thread. One process per GPU gets its device at load time from
 // $MEGAMOE_DEVICE (cuda_driver.hpp); select_device moves one thread to another GPU inside a
 // process (tests, tools that drive several GPUs from one process).
+#include "megamoe/types.hpp"
+
 namespace megamoe::cuda {
 
 // Number of CUDA devices; CudaError("no CUDA GPU: ...") without a driver or device.
@@ -16,5 +18,8 @@ void select_device(int ordinal);
 // errors read the same there. The launchers launch on it and require every tensor to be tagged
 // with it ({cuda, current_device()}), as a framework tags its cuda:r tensors.
 int current_device();
+
+// The same as the Device the launchers check tensors against: {cuda, current_device()}.
+Device current_gpu();
 
 }  // namespace megamoe::cuda

@@ -17,11 +17,6 @@
 namespace megamoe::runtime {
 namespace {
 
-// The current device: what the launchers validate every tensor against (device_select.hpp).
-Device gpu() {
-  return Device{DeviceKind::cuda, cuda::current_device()};
-}
-
 // Byte i of a fill is a function of (seed, i) alone, so any process reproduces any rank's
 // weights. The mix is the SplitMix64 finalizer. Scale bytes are UE4M3 with exponent field 5..9
 // (2^-2 .. 2^2) and any mantissa: finite, positive, no subnormals.
@@ -100,6 +95,7 @@ EpNvfp4Ranks::EpNvfp4Ranks(const EpNvfp4Setup& setup, const SymmBuffer& buffer)
   driven_ = buffer.memory->driven_ranks();
   const std::int64_t el = c.experts_per_rank(), h = c.shape.hidden, i = c.shape.intermediate;
   for (const int r : driven_) {
+    const Device gpu = cuda::current_gpu();  // every tensor is tagged with it
     auto rk = std::make_unique<Rank>();
     rk->rank = r;
     // Checkpoint tensors live only until the transform has run.
@@ -119,13 +115,13 @@ EpNvfp4Ranks::EpNvfp4Ranks(const EpNvfp4Setup& setup, const SymmBuffer& buffer)
     DeviceBuffer dfc2s = upload(fc2s);
 
     Nvfp4CheckpointWeights in;
-    in.w13 = TensorView::contiguous(w13.as<void>(), DType::e2m1x2, {el, 2 * i, h / 2}, gpu());
-    in.w13_sf = TensorView::contiguous(w13_sf.as<void>(), DType::ue4m3, {el, 2 * i, h / 16}, gpu());
-    in.w2 = TensorView::contiguous(w2.as<void>(), DType::e2m1x2, {el, h, i / 2}, gpu());
-    in.w2_sf = TensorView::contiguous(w2_sf.as<void>(), DType::ue4m3, {el, h, i / 16}, gpu());
-    in.w13_global = TensorView::contiguous(dg13.as<void>(), DType::f32, {el}, gpu());
-    in.w2_global = TensorView::contiguous(dg2.as<void>(), DType::f32, {el}, gpu());
-    in.fc2_input_scale = TensorView::contiguous(dfc2s.as<void>(), DType::f32, {el}, gpu());
+    in.w13 = TensorView::contiguous(w13.as<void>(), DType::e2m1x2, {el, 2 * i, h / 2}, gpu);
+    in.w13_sf = TensorView::contiguous(w13_sf.as<void>(), DType::ue4m3, {el, 2 * i, h / 16}, gpu);
+    in.w2 = TensorView::contiguous(w2.as<void>(), DType::e2m1x2, {el, h, i / 2}, gpu);
+    in.w2_sf = TensorView::contiguous(w2_sf.as<void>(), DType::ue4m3, {el, h, i / 16}, gpu);
+    in.w13_global = TensorView::contiguous(dg13.as<void>(), DType::f32, {el}, gpu);
+    in.w2_global = TensorView::contiguous(dg2.as<void>(), DType::f32, {el}, gpu);
+    in.fc2_input_scale = TensorView::contiguous(dfc2s.as<void>(), DType::f32, {el}, gpu);
 
     rk->kernel = transform_into_storage(c, in);
     weight_views_.push_back(rk->kernel->view);
@@ -136,6 +132,7 @@ EpNvfp4Ranks::EpNvfp4Ranks(const EpNvfp4Setup& setup, const SymmBuffer& buffer)
 EpNvfp4Ranks::~EpNvfp4Ranks() = default;
 
 void EpNvfp4Ranks::set_tokens(std::int64_t tokens) {
+  const Device gpu = cuda::current_gpu();  // every tensor is tagged with it
   const MoEConfig& c = setup_.config;
   if (tokens < 1 || tokens > c.max_tokens_per_rank) {
     throw_invalid(
@@ -163,12 +160,12 @@ void EpNvfp4Ranks::set_tokens(std::int64_t tokens) {
     rk->out.fill_bytes(0xFF);
     PreDispatchInputs p;
     p.rank = rk->rank;
-    p.x = TensorView::contiguous(rk->x.as<void>(), DType::bf16, {t, h}, gpu());
-    p.topk_idx = TensorView::contiguous(rk->ids.as<void>(), DType::i64, {t, k}, gpu());
-    p.topk_weights = TensorView::contiguous(rk->weights.as<void>(), DType::f32, {t, k}, gpu());
+    p.x = TensorView::contiguous(rk->x.as<void>(), DType::bf16, {t, h}, gpu);
+    p.topk_idx = TensorView::contiguous(rk->ids.as<void>(), DType::i64, {t, k}, gpu);
+    p.topk_weights = TensorView::contiguous(rk->weights.as<void>(), DType::f32, {t, k}, gpu);
     pd_.push_back(p);
     outputs_.push_back(
-        {rk->rank, TensorView::contiguous(rk->out.as<void>(), DType::bf16, {t, h}, gpu())});
+        {rk->rank, TensorView::contiguous(rk->out.as<void>(), DType::bf16, {t, h}, gpu)});
   }
 }
 

@@ -10,7 +10,7 @@ namespace megamoe::runtime {
 
 std::unique_ptr<Nvfp4KernelWeightStorage> transform_into_storage(
     const MoEConfig& config, const Nvfp4CheckpointWeights& checkpoint) {
-  const Device gpu{DeviceKind::cuda, cuda::current_device()};
+  const Device gpu = cuda::current_gpu();
   const std::int64_t experts = config.experts_per_rank();
   const Nvfp4KernelWeightBytes bytes = nvfp4_kernel_weight_bytes(config);
   auto s = std::make_unique<Nvfp4KernelWeightStorage>();

@@ -117,7 +117,7 @@ CUfunction kernel_for(const MoEConfig& c, int block_m) {
 
 void nvfp4_mega_moe(const SymmBuffer& buffer, std::span<const Nvfp4KernelWeights> weights,
                     std::span<const Nvfp4MoEOutputs> outputs, Stream stream) {
-  const Device device{DeviceKind::cuda, cuda::current_device()};
+  const Device device = cuda::current_gpu();
   const MoEConfig& c = buffer.plan.config;
   validate::validate_nvfp4_mega_moe(validate::buffer_facts(buffer, device), weights, outputs,
                                     nvfp4_kernel_weight_bytes(c));

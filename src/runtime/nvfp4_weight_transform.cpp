@@ -119,14 +119,6 @@ std::vector<jit::KernelRequest> nvfp4_weight_transform_kernels(const MoEConfig& 
 
 }  // namespace runtime
 
-namespace {
-
-Device launch_device() {
-  return Device{DeviceKind::cuda, cuda::current_device()};
-}
-
-}  // namespace
-
 Nvfp4KernelWeightBytes nvfp4_kernel_weight_bytes(const MoEConfig& config) {
   validate::validate_config(config);
   const auto e = static_cast<std::size_t>(config.experts_per_rank());
@@ -142,7 +134,7 @@ Nvfp4KernelWeightBytes nvfp4_kernel_weight_bytes(const MoEConfig& config) {
 
 void transform_weights_for_mega_moe(const MoEConfig& config, const Nvfp4CheckpointWeights& in,
                                     const Nvfp4KernelWeights& out, Stream stream) {
-  const Device device = launch_device();
+  const Device device = cuda::current_gpu();
   validate::validate_nvfp4_checkpoint_weights(config, in, device, "in");
   validate::validate_nvfp4_kernel_weights(config, out, nvfp4_kernel_weight_bytes(config), device,
                                           "out");
@@ -164,7 +156,7 @@ void transform_ue4m3_sf_into_required_layout(const TensorView& in, ScaleLayout f
   // The kernel layout of the scales depends on the matrix role (see the weight transform), so
   // this function produces the layout transform_weights_for_mega_moe accepts and reads fastest:
   // plain row-major [..., rows, cols]. `out` holds the row-major shape.
-  const Device device = launch_device();
+  const Device device = cuda::current_gpu();
   for (const auto& [t, name] : {std::pair{&in, "in"}, std::pair{&out, "out"}}) {
     validate::check_defined(*t, name);
     validate::check_dtype_any(*t, name, {DType::ue4m3, DType::u8});

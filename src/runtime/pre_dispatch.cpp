@@ -168,8 +168,7 @@ void launch_pre_dispatch(const SymmBuffer& buffer, std::span<const PreDispatchIn
                          megamoe::Stream stream, bool hw_e4m3, bool cta_per_row,
                          int fp4_warps_per_row) {
   // Validation first: bad input is reported the same with or without a GPU.
-  const validate::BufferFacts facts =
-      validate::buffer_facts(buffer, Device{DeviceKind::cuda, cuda::current_device()});
+  const validate::BufferFacts facts = validate::buffer_facts(buffer, cuda::current_gpu());
   validate::validate_pre_dispatch(facts, inputs);
   const MoEConfig& c = buffer.plan.config;
   if (c.act_format == Format::bf16) {
