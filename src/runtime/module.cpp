@@ -51,7 +51,8 @@ CUfunction load(const jit::CompiledKernel& kernel) {
   return function;
 }
 
-CUfunction load_cached(const jit::KernelRequest& request) {
+CUfunction load_cached(const jit::KernelRequest& request,
+                       const std::function<void(const jit::CompiledKernel&)>& check) {
   static std::mutex mutex;
   static std::map<std::pair<CUcontext, std::string>, CUfunction> by_entry;
   CUcontext context = nullptr;
@@ -61,7 +62,9 @@ CUfunction load_cached(const jit::KernelRequest& request) {
     const std::lock_guard lock(mutex);
     if (const auto it = by_entry.find(id); it != by_entry.end()) return it->second;
   }
-  const CUfunction function = load(*jit::compile(request));
+  const auto kernel = jit::compile(request);
+  if (check) check(*kernel);
+  const CUfunction function = load(*kernel);
   const std::lock_guard lock(mutex);
   by_entry.emplace(id, function);
   return function;

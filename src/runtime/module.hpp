@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstddef>
+#include <functional>
 
 #include "jit/compiler.hpp"
 
@@ -18,8 +19,10 @@ CUfunction load(const jit::CompiledKernel& kernel);
 // The function of `request` in the current context: compiled (jit::compile) and loaded on the
 // first call per (context, entry), remembered after it, so that launch paths called often do not
 // re-hash the kernel sources (jit::compile's key) every time. The entry name must hold every
-// template argument (it is the cache key).
-CUfunction load_cached(const jit::KernelRequest& request);
+// template argument (it is the cache key). `check`, when given, sees the compiled kernel before
+// its first load (and may throw, e.g. to refuse a build that spills).
+CUfunction load_cached(const jit::KernelRequest& request,
+                       const std::function<void(const jit::CompiledKernel&)>& check = {});
 
 // Raises the function's dynamic shared memory limit to at least `bytes` (needed above 48 KB).
 // Remembers what it set, so repeated calls cost a map lookup.

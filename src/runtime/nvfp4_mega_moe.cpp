@@ -7,10 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
-#include <map>
-#include <mutex>
 #include <string>
-#include <utility>
 
 #include "core/buffer_plan_detail.hpp"
 #include "core/validate.hpp"
@@ -85,32 +82,24 @@ std::uint64_t field_offset(const SymmBufferPlan& plan, std::string_view name,
                     "'");
 }
 
-// The loaded kernel for (config, BLOCK_M, version) in the current context. Remembered per entry
-// name so that a decode step does not re-hash the kernel sources (jit::compile's key) each call.
+// The loaded kernel for (config, BLOCK_M, version) in the current context (runtime::load_cached:
+// a decode step does not re-hash the kernel sources each call), refused if the build spills.
 CUfunction kernel_for(const MoEConfig& c, int block_m) {
-  const jit::KernelRequest request = runtime::nvfp4_mega_moe_request(c, block_m);
-  CUcontext context = nullptr;
-  MEGAMOE_CU(cuda::driver().cuCtxGetCurrent(&context));
-  static std::mutex mutex;
-  static std::map<std::pair<CUcontext, std::string>, CUfunction> loaded;
-  const std::lock_guard lock(mutex);
-  const auto id = std::make_pair(context, request.entry);
-  if (const auto it = loaded.find(id); it != loaded.end()) return it->second;
-  const auto kernel = jit::compile(request);
-  if (kernel->local_bytes != 0 || kernel->spill_bytes != 0) {
-    const std::string what = "kernel build uses local memory (" +
-                             std::to_string(kernel->local_bytes) + " B) or spills (" +
-                             std::to_string(kernel->spill_bytes) + " B)";
-    // Instrumented kernel trees (MEGAMOE_KERNEL_DIR with printf timelines) need local memory;
-    // nothing measured with such a build is a result.
-    const char* allow = std::getenv("MEGAMOE_ALLOW_LOCAL_MEMORY");
-    if (allow == nullptr || std::string(allow) != "1") throw Unsupported("nvfp4_mega_moe: " + what);
-    std::fprintf(stderr, "megamoe: MEGAMOE_ALLOW_LOCAL_MEMORY=1: running although the %s\n",
-                 what.c_str());
-  }
-  const CUfunction function = runtime::load(*kernel);
-  loaded.emplace(id, function);
-  return function;
+  return runtime::load_cached(
+      runtime::nvfp4_mega_moe_request(c, block_m), [](const jit::CompiledKernel& kernel) {
+        if (kernel.local_bytes == 0 && kernel.spill_bytes == 0) return;
+        const std::string what = "kernel build uses local memory (" +
+                                 std::to_string(kernel.local_bytes) + " B) or spills (" +
+                                 std::to_string(kernel.spill_bytes) + " B)";
+        // Instrumented kernel trees (MEGAMOE_KERNEL_DIR with printf timelines) need local
+        // memory; nothing measured with such a build is a result.
+        const char* allow = std::getenv("MEGAMOE_ALLOW_LOCAL_MEMORY");
+        if (allow == nullptr || std::string(allow) != "1") {
+          throw Unsupported("nvfp4_mega_moe: " + what);
+        }
+        std::fprintf(stderr, "megamoe: MEGAMOE_ALLOW_LOCAL_MEMORY=1: running although the %s\n",
+                     what.c_str());
+      });
 }
 
 }  // namespace
