@@ -118,52 +118,46 @@ TEST_F(DeviceIndex, LayerOnDeviceOneEqualsDeviceZero) {
   EXPECT_EQ(on1, on0);
 }
 
-TEST_F(DeviceIndex, TensorsOfAnotherGpuAreRefused) {
-  cuda::select_device(1);
-  const std::int64_t tokens = 8;
-  const MoEConfig c = small_config(tokens);
-  const SymmBuffer buffer = get_symm_buffer_for_mega_moe(c, "local");
+// Pre-dispatch inputs in fresh device memory, x tagged `x_gpu` and the routes `routes_gpu`: the
+// call must be refused before any launch, naming `argument`, with `text` in the message.
+void expect_pre_dispatch_refused(const SymmBuffer& buffer, std::int64_t tokens, Device x_gpu,
+                                 Device routes_gpu, const std::string& argument,
+                                 const std::string& text) {
+  const MoEConfig& c = buffer.plan.config;
   DeviceBuffer x(static_cast<std::size_t>(tokens * c.shape.hidden * 2)),
       ids(static_cast<std::size_t>(tokens * c.shape.top_k * 8)),
       tw(static_cast<std::size_t>(tokens * c.shape.top_k * 4));
-  const Device gpu0{DeviceKind::cuda, 0}, gpu1{DeviceKind::cuda, 1};
   PreDispatchInputs pd;
-  pd.x = TensorView::contiguous(x.as<void>(), DType::bf16, {tokens, c.shape.hidden}, gpu0);
-  pd.topk_idx = TensorView::contiguous(ids.as<void>(), DType::i64, {tokens, c.shape.top_k}, gpu1);
+  pd.x = TensorView::contiguous(x.as<void>(), DType::bf16, {tokens, c.shape.hidden}, x_gpu);
+  pd.topk_idx =
+      TensorView::contiguous(ids.as<void>(), DType::i64, {tokens, c.shape.top_k}, routes_gpu);
   pd.topk_weights =
-      TensorView::contiguous(tw.as<void>(), DType::f32, {tokens, c.shape.top_k}, gpu1);
+      TensorView::contiguous(tw.as<void>(), DType::f32, {tokens, c.shape.top_k}, routes_gpu);
   try {
     mega_moe_pre_dispatch(buffer, std::span<const PreDispatchInputs>(&pd, 1), nullptr);
-    FAIL() << "a cuda:0 tensor was accepted while device 1 is current";
+    ADD_FAILURE() << "accepted; a refusal naming " << argument << " was expected";
   } catch (const InvalidArgument& e) {
-    EXPECT_EQ(std::string(e.argument()), "inputs[0].x") << e.what();
-    EXPECT_NE(std::string(e.what()).find("cuda:1"), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.argument()), argument) << e.what();
+    EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
   }
 }
 
-TEST_F(DeviceIndex, BufferOfAnotherGpuIsRefused) {
-  const std::int64_t tokens = 8;
-  const MoEConfig c = small_config(tokens);
-  cuda::select_device(0);
-  const SymmBuffer on0 = get_symm_buffer_for_mega_moe(c, "local");
-  EXPECT_EQ(on0.device, 0);
+TEST_F(DeviceIndex, TensorsOfAnotherGpuAreRefused) {
   cuda::select_device(1);
-  DeviceBuffer x(static_cast<std::size_t>(tokens * c.shape.hidden * 2)),
-      ids(static_cast<std::size_t>(tokens * c.shape.top_k * 8)),
-      tw(static_cast<std::size_t>(tokens * c.shape.top_k * 4));
+  const SymmBuffer buffer = get_symm_buffer_for_mega_moe(small_config(8), "local");
+  // A cuda:0 tensor while device 1 is current.
+  expect_pre_dispatch_refused(buffer, 8, Device{DeviceKind::cuda, 0}, Device{DeviceKind::cuda, 1},
+                              "inputs[0].x", "cuda:1");
+}
+
+TEST_F(DeviceIndex, BufferOfAnotherGpuIsRefused) {
+  cuda::select_device(0);
+  const SymmBuffer on0 = get_symm_buffer_for_mega_moe(small_config(8), "local");
+  EXPECT_EQ(on0.device, 0);
+  // A buffer of device 0 used with device 1 current and every tensor there.
+  cuda::select_device(1);
   const Device gpu1{DeviceKind::cuda, 1};
-  PreDispatchInputs pd;
-  pd.x = TensorView::contiguous(x.as<void>(), DType::bf16, {tokens, c.shape.hidden}, gpu1);
-  pd.topk_idx = TensorView::contiguous(ids.as<void>(), DType::i64, {tokens, c.shape.top_k}, gpu1);
-  pd.topk_weights =
-      TensorView::contiguous(tw.as<void>(), DType::f32, {tokens, c.shape.top_k}, gpu1);
-  try {
-    mega_moe_pre_dispatch(on0, std::span<const PreDispatchInputs>(&pd, 1), nullptr);
-    FAIL() << "a buffer on device 0 was used with device 1 current";
-  } catch (const InvalidArgument& e) {
-    EXPECT_EQ(std::string(e.argument()), "buffer") << e.what();
-    EXPECT_NE(std::string(e.what()).find("lives on cuda:0"), std::string::npos) << e.what();
-  }
+  expect_pre_dispatch_refused(on0, 8, gpu1, gpu1, "buffer", "lives on cuda:0");
 }
 
 }  // namespace
