@@ -40,21 +40,12 @@ using runtime::upload;
 std::unique_ptr<runtime::Nvfp4KernelWeightStorage> load_weights(
     const MoEConfig& c, const reference::QuantizedWeights& w, const std::vector<float>& fc2_scale,
     double* transform_ms) {
-  const Device gpu = cuda::current_gpu();  // every tensor is tagged with it
-  const std::int64_t e = c.experts_per_rank(), h = c.shape.hidden, i = c.shape.intermediate;
   // Checkpoint tensors live only until the transform has run.
-  DeviceBuffer w13 = upload(w.w13.packed), s13 = upload(w.w13.scales),
-               g13 = upload(w.w13.global_scales);
-  DeviceBuffer w2 = upload(w.w2.packed), s2 = upload(w.w2.scales), g2 = upload(w.w2.global_scales);
-  DeviceBuffer fs = upload(fc2_scale);
-  Nvfp4CheckpointWeights in;
-  in.w13 = TensorView::contiguous(w13.as<void>(), DType::e2m1x2, {e, 2 * i, h / 2}, gpu);
-  in.w13_sf = TensorView::contiguous(s13.as<void>(), DType::ue4m3, {e, 2 * i, h / 16}, gpu);
-  in.w13_global = TensorView::contiguous(g13.as<void>(), DType::f32, {e}, gpu);
-  in.w2 = TensorView::contiguous(w2.as<void>(), DType::e2m1x2, {e, h, i / 2}, gpu);
-  in.w2_sf = TensorView::contiguous(s2.as<void>(), DType::ue4m3, {e, h, i / 16}, gpu);
-  in.w2_global = TensorView::contiguous(g2.as<void>(), DType::f32, {e}, gpu);
-  in.fc2_input_scale = TensorView::contiguous(fs.as<void>(), DType::f32, {e}, gpu);
+  const runtime::Nvfp4CheckpointStorage ck{
+      upload(w.w13.packed), upload(w.w13.scales), upload(w.w13.global_scales),
+      upload(w.w2.packed),  upload(w.w2.scales),  upload(w.w2.global_scales),
+      upload(fc2_scale)};
+  const Nvfp4CheckpointWeights in = ck.view(c);
   // Compiled (or fetched from the JIT cache) first, so that the time is the transform's own.
   runtime::load_cached(runtime::nvfp4_weight_transform_request());
   const auto start = std::chrono::steady_clock::now();

@@ -95,33 +95,22 @@ EpNvfp4Ranks::EpNvfp4Ranks(const EpNvfp4Setup& setup, const SymmBuffer& buffer)
   driven_ = buffer.memory->driven_ranks();
   const std::int64_t el = c.experts_per_rank(), h = c.shape.hidden, i = c.shape.intermediate;
   for (const int r : driven_) {
-    const Device gpu = cuda::current_gpu();  // every tensor is tagged with it
     auto rk = std::make_unique<Rank>();
     rk->rank = r;
     // Checkpoint tensors live only until the transform has run.
-    DeviceBuffer w13(static_cast<std::size_t>(el * 2 * i * h / 2));
-    DeviceBuffer w13_sf(static_cast<std::size_t>(el * 2 * i * h / 16));
-    DeviceBuffer w2(static_cast<std::size_t>(el * h * i / 2));
-    DeviceBuffer w2_sf(static_cast<std::size_t>(el * h * i / 16));
-    fill(w13, rank_seed(setup_.seed, r, 0), false, nullptr);
-    fill(w13_sf, rank_seed(setup_.seed, r, 1), true, nullptr);
-    fill(w2, rank_seed(setup_.seed, r, 2), false, nullptr);
-    fill(w2_sf, rank_seed(setup_.seed, r, 3), true, nullptr);
-    const std::vector<float> g13 = global_scales(r * el, el);
-    const std::vector<float> g2 = global_scales(r * el + 2, el);
-    const std::vector<float> fc2s(static_cast<std::size_t>(el), 1.0f / 512.0f);
-    DeviceBuffer dg13 = upload(g13);
-    DeviceBuffer dg2 = upload(g2);
-    DeviceBuffer dfc2s = upload(fc2s);
-
-    Nvfp4CheckpointWeights in;
-    in.w13 = TensorView::contiguous(w13.as<void>(), DType::e2m1x2, {el, 2 * i, h / 2}, gpu);
-    in.w13_sf = TensorView::contiguous(w13_sf.as<void>(), DType::ue4m3, {el, 2 * i, h / 16}, gpu);
-    in.w2 = TensorView::contiguous(w2.as<void>(), DType::e2m1x2, {el, h, i / 2}, gpu);
-    in.w2_sf = TensorView::contiguous(w2_sf.as<void>(), DType::ue4m3, {el, h, i / 16}, gpu);
-    in.w13_global = TensorView::contiguous(dg13.as<void>(), DType::f32, {el}, gpu);
-    in.w2_global = TensorView::contiguous(dg2.as<void>(), DType::f32, {el}, gpu);
-    in.fc2_input_scale = TensorView::contiguous(dfc2s.as<void>(), DType::f32, {el}, gpu);
+    Nvfp4CheckpointStorage ck;
+    ck.w13 = DeviceBuffer(static_cast<std::size_t>(el * 2 * i * h / 2));
+    ck.w13_sf = DeviceBuffer(static_cast<std::size_t>(el * 2 * i * h / 16));
+    ck.w2 = DeviceBuffer(static_cast<std::size_t>(el * h * i / 2));
+    ck.w2_sf = DeviceBuffer(static_cast<std::size_t>(el * h * i / 16));
+    fill(ck.w13, rank_seed(setup_.seed, r, 0), false, nullptr);
+    fill(ck.w13_sf, rank_seed(setup_.seed, r, 1), true, nullptr);
+    fill(ck.w2, rank_seed(setup_.seed, r, 2), false, nullptr);
+    fill(ck.w2_sf, rank_seed(setup_.seed, r, 3), true, nullptr);
+    ck.w13_global = upload(global_scales(r * el, el));
+    ck.w2_global = upload(global_scales(r * el + 2, el));
+    ck.fc2_input_scale = upload(std::vector<float>(static_cast<std::size_t>(el), 1.0f / 512.0f));
+    const Nvfp4CheckpointWeights in = ck.view(c);
 
     rk->kernel = transform_into_storage(c, in);
     weight_views_.push_back(rk->kernel->view);

@@ -8,6 +8,27 @@
 
 namespace megamoe::runtime {
 
+Nvfp4CheckpointWeights Nvfp4CheckpointStorage::view(const MoEConfig& config,
+                                                    ScaleLayout layout) const {
+  const Device gpu = cuda::current_gpu();
+  const std::int64_t e = config.experts_per_rank(), h = config.shape.hidden,
+                     i = config.shape.intermediate;
+  const bool swizzled = layout == ScaleLayout::swizzled_128x4;
+  auto pad = [&](std::int64_t v, std::int64_t m) { return swizzled ? (v + m - 1) / m * m : v; };
+  Nvfp4CheckpointWeights in;
+  in.w13 = TensorView::contiguous(w13.as<void>(), DType::e2m1x2, {e, 2 * i, h / 2}, gpu);
+  in.w13_sf = TensorView::contiguous(w13_sf.as<void>(), DType::ue4m3,
+                                     {e, pad(2 * i, 128), pad(h / 16, 4)}, gpu);
+  in.w13_global = TensorView::contiguous(w13_global.as<void>(), DType::f32, {e}, gpu);
+  in.w2 = TensorView::contiguous(w2.as<void>(), DType::e2m1x2, {e, h, i / 2}, gpu);
+  in.w2_sf =
+      TensorView::contiguous(w2_sf.as<void>(), DType::ue4m3, {e, pad(h, 128), pad(i / 16, 4)}, gpu);
+  in.w2_global = TensorView::contiguous(w2_global.as<void>(), DType::f32, {e}, gpu);
+  in.fc2_input_scale = TensorView::contiguous(fc2_input_scale.as<void>(), DType::f32, {e}, gpu);
+  in.sf_layout = layout;
+  return in;
+}
+
 std::unique_ptr<Nvfp4KernelWeightStorage> transform_into_storage(
     const MoEConfig& config, const Nvfp4CheckpointWeights& checkpoint) {
   const Device gpu = cuda::current_gpu();

@@ -9,6 +9,16 @@
 
 namespace megamoe::runtime {
 
+// One rank's checkpoint-layout NVFP4 tensors in device memory the struct owns: what the demo, the
+// EP rank driver and the GPU tests hand to transform_into_storage.
+struct Nvfp4CheckpointStorage {
+  DeviceBuffer w13, w13_sf, w13_global, w2, w2_sf, w2_global, fc2_input_scale;
+  // Views with `config`'s local-expert shapes on the current GPU; scales in `layout` (swizzled:
+  // the padded [E_l, round_up(rows, 128), round_up(cols, 4)] tiles).
+  Nvfp4CheckpointWeights view(const MoEConfig& config,
+                              ScaleLayout layout = ScaleLayout::row_major) const;
+};
+
 struct Nvfp4KernelWeightStorage {
   DeviceBuffer w13, w13_sf, w2, w2_sf;                 // kernel-layout blobs
   DeviceBuffer fc1_alpha, fc2_alpha, fc2_input_scale;  // f32 per local expert

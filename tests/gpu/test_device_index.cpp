@@ -55,20 +55,13 @@ std::vector<std::uint16_t> run_layer(const MoEConfig& c, const reference::Quanti
                                      const reference::MoEInputs& in, std::int64_t tokens,
                                      int device) {
   const Device gpu{DeviceKind::cuda, device};
-  const std::int64_t e = c.experts_per_rank(), h = c.shape.hidden, i = c.shape.intermediate;
-  DeviceBuffer w13 = upload(std::span(w.w13.packed)), s13 = upload(std::span(w.w13.scales)),
-               g13 = upload(std::span(w.w13.global_scales));
-  DeviceBuffer w2 = upload(std::span(w.w2.packed)), s2 = upload(std::span(w.w2.scales)),
-               g2 = upload(std::span(w.w2.global_scales)), fs = upload(std::span(fc2_scale));
-  Nvfp4CheckpointWeights ck;
-  ck.w13 = TensorView::contiguous(w13.as<void>(), DType::e2m1x2, {e, 2 * i, h / 2}, gpu);
-  ck.w13_sf = TensorView::contiguous(s13.as<void>(), DType::ue4m3, {e, 2 * i, h / 16}, gpu);
-  ck.w13_global = TensorView::contiguous(g13.as<void>(), DType::f32, {e}, gpu);
-  ck.w2 = TensorView::contiguous(w2.as<void>(), DType::e2m1x2, {e, h, i / 2}, gpu);
-  ck.w2_sf = TensorView::contiguous(s2.as<void>(), DType::ue4m3, {e, h, i / 16}, gpu);
-  ck.w2_global = TensorView::contiguous(g2.as<void>(), DType::f32, {e}, gpu);
-  ck.fc2_input_scale = TensorView::contiguous(fs.as<void>(), DType::f32, {e}, gpu);
-  const auto kernel = runtime::transform_into_storage(c, ck);
+  const std::int64_t h = c.shape.hidden;
+  // The checkpoint views are tagged with the current GPU: `device`, selected by the caller.
+  const runtime::Nvfp4CheckpointStorage ck{
+      upload(w.w13.packed), upload(w.w13.scales), upload(w.w13.global_scales),
+      upload(w.w2.packed),  upload(w.w2.scales),  upload(w.w2.global_scales),
+      upload(fc2_scale)};
+  const auto kernel = runtime::transform_into_storage(c, ck.view(c));
 
   const std::vector<std::uint16_t> xb = reference::to_bf16_bits(in.x);
   DeviceBuffer x = upload(std::span(xb)), ids = upload(std::span(in.topk_idx)),

@@ -83,7 +83,7 @@ const Device kGpu{DeviceKind::cuda, 0};
 
 // Device copies of one rank's weights: the checkpoint tensors and the kernel layout.
 struct RankWeights {
-  DeviceBuffer w13, w13_sf, g13, w2, w2_sf, g2, fc2s;  // checkpoint layout
+  runtime::Nvfp4CheckpointStorage checkpoint;
   std::unique_ptr<runtime::Nvfp4KernelWeightStorage> kernel;
 };
 
@@ -113,33 +113,16 @@ void make_rank_weights(const Case& c, const MoEConfig& cfg, const reference::Qua
       maybe_swizzle(slice(w.w13.scales, 2 * i * h / 16), el, 2 * i, h / 16, c.swizzled);
   const auto w2 = slice(w.w2.packed, h * i / 2);
   const auto s2 = maybe_swizzle(slice(w.w2.scales, h * i / 16), el, h, i / 16, c.swizzled);
-  rw.w13 = upload(w13);
-  rw.w13_sf = upload(s13);
-  rw.w2 = upload(w2);
-  rw.w2_sf = upload(s2);
-  rw.g13 = upload(std::span(w.w13.global_scales.data() + e0, static_cast<std::size_t>(el)));
-  rw.g2 = upload(std::span(w.w2.global_scales.data() + e0, static_cast<std::size_t>(el)));
-  rw.fc2s = upload(std::span(fc2_scale.data() + e0, static_cast<std::size_t>(el)));
-
-  Nvfp4CheckpointWeights in;
-  in.w13 = TensorView::contiguous(rw.w13.as<void>(), DType::e2m1x2, {el, 2 * i, h / 2}, kGpu);
-  in.w2 = TensorView::contiguous(rw.w2.as<void>(), DType::e2m1x2, {el, h, i / 2}, kGpu);
-  auto pad = [](std::int64_t v, std::int64_t m) { return (v + m - 1) / m * m; };
-  if (c.swizzled) {
-    in.w13_sf = TensorView::contiguous(rw.w13_sf.as<void>(), DType::ue4m3,
-                                       {el, pad(2 * i, 128), pad(h / 16, 4)}, kGpu);
-    in.w2_sf = TensorView::contiguous(rw.w2_sf.as<void>(), DType::ue4m3,
-                                      {el, pad(h, 128), pad(i / 16, 4)}, kGpu);
-    in.sf_layout = ScaleLayout::swizzled_128x4;
-  } else {
-    in.w13_sf =
-        TensorView::contiguous(rw.w13_sf.as<void>(), DType::ue4m3, {el, 2 * i, h / 16}, kGpu);
-    in.w2_sf = TensorView::contiguous(rw.w2_sf.as<void>(), DType::ue4m3, {el, h, i / 16}, kGpu);
-  }
-  in.w13_global = TensorView::contiguous(rw.g13.as<void>(), DType::f32, {el}, kGpu);
-  in.w2_global = TensorView::contiguous(rw.g2.as<void>(), DType::f32, {el}, kGpu);
-  in.fc2_input_scale = TensorView::contiguous(rw.fc2s.as<void>(), DType::f32, {el}, kGpu);
-
+  runtime::Nvfp4CheckpointStorage& ck = rw.checkpoint;
+  ck.w13 = upload(w13);
+  ck.w13_sf = upload(s13);
+  ck.w2 = upload(w2);
+  ck.w2_sf = upload(s2);
+  ck.w13_global = upload(std::span(w.w13.global_scales.data() + e0, static_cast<std::size_t>(el)));
+  ck.w2_global = upload(std::span(w.w2.global_scales.data() + e0, static_cast<std::size_t>(el)));
+  ck.fc2_input_scale = upload(std::span(fc2_scale.data() + e0, static_cast<std::size_t>(el)));
+  const Nvfp4CheckpointWeights in =
+      ck.view(cfg, c.swizzled ? ScaleLayout::swizzled_128x4 : ScaleLayout::row_major);
   rw.kernel = runtime::transform_into_storage(cfg, in);
 }
 

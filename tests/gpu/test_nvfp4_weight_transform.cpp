@@ -17,6 +17,7 @@
 #include "runtime/cuda_driver.hpp"
 #include "runtime/device_memory.hpp"
 #include "runtime/nvfp4_kernel_layout.hpp"
+#include "runtime/nvfp4_kernel_weight_storage.hpp"
 
 namespace megamoe {
 namespace {
@@ -154,20 +155,12 @@ TEST_F(Nvfp4WeightTransform, BytewiseEqualToCpuLayout) {
     const Matrix w2 = random_matrix(el, h, i, s.swizzled, rng);
     const std::vector<float> g13 = random_floats(el, rng), g2 = random_floats(el, rng),
                              fc2s = random_floats(el, rng);
-    DeviceBuffer dw13 = upload(std::span(w13.packed)), ds13 = upload(std::span(w13.scales_given));
-    DeviceBuffer dw2 = upload(std::span(w2.packed)), ds2 = upload(std::span(w2.scales_given));
-    DeviceBuffer dg13 = upload(std::span(g13)), dg2 = upload(std::span(g2)),
-                 dfc2s = upload(std::span(fc2s));
-
-    Nvfp4CheckpointWeights in;
-    in.w13 = TensorView::contiguous(dw13.as<void>(), DType::e2m1x2, {el, 2 * i, h / 2}, kGpu);
-    in.w13_sf = TensorView::contiguous(ds13.as<void>(), DType::ue4m3, {el, 2 * i, h / 16}, kGpu);
-    in.w2 = TensorView::contiguous(dw2.as<void>(), DType::e2m1x2, {el, h, i / 2}, kGpu);
-    in.w2_sf = TensorView::contiguous(ds2.as<void>(), DType::ue4m3, {el, h, i / 16}, kGpu);
-    in.w13_global = TensorView::contiguous(dg13.as<void>(), DType::f32, {el}, kGpu);
-    in.w2_global = TensorView::contiguous(dg2.as<void>(), DType::f32, {el}, kGpu);
-    in.fc2_input_scale = TensorView::contiguous(dfc2s.as<void>(), DType::f32, {el}, kGpu);
-    in.sf_layout = s.swizzled ? ScaleLayout::swizzled_128x4 : ScaleLayout::row_major;
+    const runtime::Nvfp4CheckpointStorage ck{
+        upload(w13.packed), upload(w13.scales_given), upload(g13),
+        upload(w2.packed),  upload(w2.scales_given),  upload(g2),
+        upload(fc2s)};
+    const Nvfp4CheckpointWeights in =
+        ck.view(c, s.swizzled ? ScaleLayout::swizzled_128x4 : ScaleLayout::row_major);
 
     const Nvfp4KernelWeightBytes bytes = nvfp4_kernel_weight_bytes(c);
     DeviceBuffer q13(bytes.w13), q13sf(bytes.w13_sf), q2(bytes.w2), q2sf(bytes.w2_sf);
