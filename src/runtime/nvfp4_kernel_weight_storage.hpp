@@ -1,6 +1,7 @@
 #pragma once
-// One rank's NVFP4 weights in the kernel layout, in device memory the struct owns: where the demo,
-// the EP rank driver and the GPU tests put what transform_weights_for_mega_moe writes.
+// One rank's NVFP4 weights in device memory the structs own, in the checkpoint layout (what
+// transform_weights_for_mega_moe reads) and in the kernel layout (what it writes): where the demo,
+// the EP rank driver and the GPU tests keep them.
 #include <memory>
 
 #include "megamoe/config.hpp"
