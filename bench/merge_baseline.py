@@ -8,6 +8,8 @@ plot.py draws; PREFIX.md gains a table of both times and their ratio. Rows are m
 (preset, routing, tokens); torch_baseline.py names the routings uniform / skewed / masked, the
 bench uniform / zipf1.2 / masked20 (the same models: Zipf(1.2) popularity, 20 % masked routes).
 A baseline that failed (an "error" line) or is missing is reported in the table, never filled in.
+The table says for each row whether the baseline ran the bench's own routings (torch_baseline.py
+--route-sets: "routes": "bench") or a draw of its own from the same model.
 Both files must come from the same device call (../shared/BENCHMARKS.md: ratios measured side by
 side).
 """
@@ -20,8 +22,9 @@ ROUTING_OF_BASELINE = {"uniform": "uniform", "skewed": "zipf1.2", "masked": "mas
 
 
 def read_baselines(paths):
-    """{(preset, bench routing, tokens): us or error string}."""
-    out = {}
+    """{(preset, bench routing, tokens): us or error string}, {same key: True when the baseline
+    ran the bench's routings}."""
+    out, same = {}, {}
     for path in paths:
         for line in open(path):
             line = line.strip()
@@ -33,11 +36,12 @@ def read_baselines(paths):
             routing = ROUTING_OF_BASELINE.get(rec.get("routing", "uniform"), rec.get("routing"))
             key = (rec["preset"], routing, int(rec["tokens"]))
             out[key] = rec["baseline_us"] if "baseline_us" in rec else "error: " + rec["error"]
-    return out
+            same[key] = rec.get("routes") == "bench"
+    return out, same
 
 
 def merge(prefix, paths):
-    baselines = read_baselines(paths)
+    baselines, same = read_baselines(paths)
     rows = list(csv.DictReader(open(prefix + ".csv")))
     if not rows:
         raise SystemExit(f"{prefix}.csv has no rows")
@@ -51,8 +55,8 @@ def merge(prefix, paths):
         "`torch._grouped_mm` BF16 MoE: sort by expert, grouped GEMM, SwiGLU, grouped GEMM, "
         "weighted scatter-add; median CUDA-graph replay of one call, random bf16 weights.",
         "",
-        "| preset | routing | T | megamoe (us) | PyTorch BF16 (us) | speedup |",
-        "|---|---|---|---|---|---|",
+        "| preset | routing | T | megamoe (us) | PyTorch BF16 (us) | speedup | baseline's routings |",
+        "|---|---|---|---|---|---|---|",
     ]
     matched = 0
     for r in rows:
@@ -65,7 +69,8 @@ def merge(prefix, paths):
             cell, ratio = f"{b:.1f}", f"{b / ours:.2f}x"
         else:
             cell, ratio = (b if b else "not measured"), "--"
-        table.append(f"| {key[0]} | {key[1]} | {key[2]} | {ours:.1f} | {cell} | {ratio} |")
+        source = "--" if key not in same else "the bench's" if same[key] else "own draw"
+        table.append(f"| {key[0]} | {key[1]} | {key[2]} | {ours:.1f} | {cell} | {ratio} | {source} |")
     with open(prefix + ".csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()

@@ -17,12 +17,16 @@
 // MEGAMOE_BENCH_TOKENS may also name other token counts (1..8192, e.g. the edges of a BLOCK_M
 // regime: 384,682); T_max is then the largest count.
 // MEGAMOE_BENCH_FP8_COMBINE=1 times the layer with FP8 combine slots (config.fp8_combine).
+// MEGAMOE_BENCH_ROUTES=FILE writes each row's kSets routings there, one JSON line per row:
+// {"preset", "routing", "tokens", "top_k", "sets": [reference::routing_json of each set]}, so that
+// bench/torch_baseline.py --route-sets times the PyTorch baseline on the same routings.
 #include <cuda.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <random>
 #include <set>
 #include <string>
@@ -173,6 +177,13 @@ int main(int argc, char** argv) {
     const char* fp8_env = std::getenv("MEGAMOE_BENCH_FP8_COMBINE");
     const bool fp8_combine = fp8_env != nullptr && std::string(fp8_env) == "1";
     const std::vector<std::int64_t> tokens = token_counts();
+    std::unique_ptr<FILE, int (*)(FILE*)> routes_file(nullptr, &std::fclose);
+    if (const char* v = std::getenv("MEGAMOE_BENCH_ROUTES"); v != nullptr && *v != '\0') {
+      routes_file.reset(std::fopen(v, "w"));
+      if (routes_file == nullptr) {
+        throw_invalid("MEGAMOE_BENCH_ROUTES", "must name a file the bench can write", v);
+      }
+    }
     const std::vector<RoutingCase> routings = {
         {"uniform", {}},
         {"zipf1.2", {reference::RoutingSkew::zipf, 1.2, 0.0}},
@@ -226,11 +237,13 @@ int main(int argc, char** argv) {
           std::vector<Nvfp4MoEOutputs> outputs;
           std::size_t image_offset = 0;
           double hit = 0;
+          std::string sets_json;
           for (int s = 0; s < kSets; ++s) {
             reference::MoEInputs in;
             reference::random_routing(
                 c, T, rc.options,
                 1000 + static_cast<std::uint64_t>(s) * 7919 + static_cast<std::uint64_t>(T), in);
+            sets_json += (s > 0 ? ", " : "") + reference::routing_json(in, c.shape.top_k);
             std::set<std::int64_t> distinct;
             for (std::int64_t id : in.topk_idx) {
               if (id >= 0) distinct.insert(id);
@@ -289,6 +302,16 @@ int main(int argc, char** argv) {
           r.floor_us = bytes / (bw_tbs * 1e12) * 1e6;
           r.tbs = bytes / (r.us * 1e-6) / 1e12;
           rows.push_back(r);
+          if (routes_file != nullptr) {
+            const std::string line = "{\"preset\": \"" + std::string(preset_name) +
+                                     "\", \"routing\": \"" + rc.name +
+                                     "\", \"tokens\": " + std::to_string(T) +
+                                     ", \"top_k\": " + std::to_string(c.shape.top_k) +
+                                     ", \"sets\": [" + sets_json + "]}\n";
+            if (std::fputs(line.c_str(), routes_file.get()) < 0) {
+              throw_invalid("MEGAMOE_BENCH_ROUTES", "write failed", "");
+            }
+          }
           std::fprintf(stderr, "%s %s T=%lld: %.1f us (floor %.1f)\n", preset_name, rc.name,
                        static_cast<long long>(T), r.us, r.floor_us);
         }
@@ -315,6 +338,9 @@ int main(int argc, char** argv) {
                     r.routing.c_str(), static_cast<long long>(r.tokens), r.block_m, r.experts_hit,
                     r.us, r.floor_us, r.tbs, r.us / r.floor_us);
       csv += line;
+    }
+    if (routes_file != nullptr && std::fclose(routes_file.release()) != 0) {
+      throw_invalid("MEGAMOE_BENCH_ROUTES", "the file could not be completed", "");
     }
     std::printf("%s", md.c_str());
     if (FILE* f = std::fopen((prefix + ".md").c_str(), "w")) {

@@ -10,6 +10,12 @@ With --routes FILE the baseline runs the caller's routing instead of drawing one
 {"tokens": T, "top_k": K, "topk_idx": [T*K ints, -1 = masked], "topk_weights": [T*K floats]}
 (`megamoe demo` writes it, so that both sides of its ratio route the same tokens to the same
 experts).
+
+With --route-sets FILE it runs the routings `bench_nvfp4_mega_moe` timed (MEGAMOE_BENCH_ROUTES):
+one JSON line per bench row, {"preset", "routing", "tokens", "top_k", "sets": [routing objects as
+above]}. Each row of --preset is timed like the bench times it: one CUDA graph that runs every set
+once, the median replay divided by the number of sets. Output lines name the bench's routing
+(uniform / zipf1.2 / masked20) and carry "routes": "bench".
 """
 import argparse
 import json
@@ -61,6 +67,52 @@ def moe_grouped(torch, x, idx, w, w13, w2):
     return out.to(torch.bfloat16)
 
 
+def check_routing(obj, topk, where):
+    """None when obj is a routing object of top-`topk` routes, else what is wrong with it."""
+    try:
+        tokens, k = int(obj["tokens"]), int(obj["top_k"])
+        idx, w = obj["topk_idx"], obj["topk_weights"]
+    except (KeyError, TypeError, ValueError) as e:
+        return "%s: not a routing object (%s)" % (where, e)
+    if k != topk:
+        return "%s: top_k %d, the preset's is %d" % (where, k, topk)
+    if tokens < 1 or len(idx) != tokens * k or len(w) != tokens * k:
+        return "%s: %d ids and %d weights for %d tokens of top-%d" % (where, len(idx), len(w),
+                                                                      tokens, k)
+    return None
+
+
+def load_route_sets(path, preset):
+    """The bench rows of `preset` in a MEGAMOE_BENCH_ROUTES file: [(routing, tokens, sets)], or
+    raises ValueError naming the line and the rule."""
+    topk = PRESETS[preset][3]
+    rows = []
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError("%s line %d: not JSON (%s)" % (path, n, e))
+            if rec.get("preset") != preset:
+                continue
+            sets = rec.get("sets")
+            if not isinstance(sets, list) or not sets:
+                raise ValueError("%s line %d: \"sets\" must be a non-empty list" % (path, n))
+            for i, obj in enumerate(sets):
+                err = check_routing(obj, topk, "%s line %d set %d" % (path, n, i))
+                if err is None and int(obj["tokens"]) != int(rec.get("tokens", -1)):
+                    err = "%s line %d set %d: %s tokens, the row's are %s" % (
+                        path, n, i, obj["tokens"], rec.get("tokens"))
+                if err is not None:
+                    raise ValueError(err)
+            rows.append((str(rec.get("routing")), int(rec["tokens"]), sets))
+    if not rows:
+        raise ValueError("%s holds no row of preset %s" % (path, preset))
+    return rows
+
+
 def time_graph(torch, fn, reps=50):
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
@@ -93,7 +145,18 @@ def main():
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--routes", default=None,
                     help="JSON file with the routing to run (one token count; see above)")
+    ap.add_argument("--device", type=int, default=None,
+                    help="CUDA device index (default: torch's current device)")
+    ap.add_argument("--route-sets", default=None,
+                    help="MEGAMOE_BENCH_ROUTES file of bench_nvfp4_mega_moe (see above)")
     args = ap.parse_args()
+    bench_rows = None
+    if args.route_sets is not None:
+        try:
+            bench_rows = load_route_sets(args.route_sets, args.preset)
+        except (OSError, ValueError) as e:
+            print(json.dumps({"error": "--route-sets: %s" % e}))
+            return 1
     given = None
     if args.routes is not None:
         with open(args.routes) as f:
@@ -114,9 +177,36 @@ def main():
         return 0
     hidden, inter, experts, topk = PRESETS[args.preset]
     gen = torch.Generator().manual_seed(args.seed if args.seed is not None else torch.seed())
-    dev = torch.device("cuda")
+    if args.device is not None and not 0 <= args.device < torch.cuda.device_count():
+        print(json.dumps({"error": "--device %d: torch sees %d CUDA devices"
+                                   % (args.device, torch.cuda.device_count())}))
+        return 1
+    dev = torch.device("cuda", args.device if args.device is not None
+                       else torch.cuda.current_device())
+    torch.cuda.set_device(dev)  # the graph pool, events and streams of time_graph follow it
     w13 = (torch.randn(experts, 2 * inter, hidden, device=dev, dtype=torch.bfloat16) * 0.02)
     w2 = (torch.randn(experts, hidden, inter, device=dev, dtype=torch.bfloat16) * 0.02)
+    impl = "torch._grouped_mm bf16"
+    for routing, tokens, sets in bench_rows or []:
+        calls = []
+        for obj in sets:
+            x = torch.randn(tokens, hidden, generator=gen).to(dev, torch.bfloat16)
+            idx = torch.tensor(obj["topk_idx"], dtype=torch.int64).reshape(tokens, topk).to(dev)
+            w = torch.tensor(obj["topk_weights"], dtype=torch.float32).reshape(tokens, topk).to(dev)
+            calls.append((x, idx, w))
+        try:
+            us = time_graph(torch, lambda: [moe_grouped(torch, x, i, w, w13, w2)
+                                            for x, i, w in calls]) / len(calls)
+        except Exception as e:  # report, never hide, a baseline that cannot run
+            print(json.dumps({"preset": args.preset, "tokens": tokens, "routing": routing,
+                              "error": str(e)[:300]}))
+            continue
+        print(json.dumps({"preset": args.preset, "tokens": tokens, "routing": routing,
+                          "baseline_us": round(us, 2), "impl": impl, "routes": "bench",
+                          "sets": len(calls)}))
+        sys.stdout.flush()
+    if bench_rows is not None:
+        return 0
     for tokens in (int(t) for t in args.tokens.split(",")):
         x = torch.randn(tokens, hidden, generator=gen).to(dev, torch.bfloat16)
         if given is not None:
@@ -125,7 +215,6 @@ def main():
         else:
             idx, w = route(torch, tokens, experts, topk, args.routing, gen)
         idx, w = idx.to(dev), w.to(dev)
-        impl = "torch._grouped_mm bf16"
         try:
             us = time_graph(torch, lambda: moe_grouped(torch, x, idx, w, w13, w2))
         except Exception as e:  # report, never hide, a baseline that cannot run

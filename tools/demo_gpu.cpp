@@ -111,7 +111,7 @@ std::string baseline_script() {
 }
 
 // The routing as bench/torch_baseline.py --routes reads it; empty when the file cannot be made.
-std::string write_routes(const reference::MoEInputs& in, std::int64_t tokens, std::int64_t top_k) {
+std::string write_routes(const reference::MoEInputs& in, std::int64_t top_k) {
   char path[] = "/tmp/megamoe_demo_routes_XXXXXX";
   const int fd = mkstemp(path);
   if (fd < 0) return {};
@@ -121,17 +121,9 @@ std::string write_routes(const reference::MoEInputs& in, std::int64_t tokens, st
     std::remove(path);
     return {};
   }
-  std::fprintf(f, "{\"tokens\": %lld, \"top_k\": %lld, \"topk_idx\": [",
-               static_cast<long long>(tokens), static_cast<long long>(top_k));
-  for (std::size_t i = 0; i < in.topk_idx.size(); ++i) {
-    std::fprintf(f, "%s%lld", i ? ", " : "", static_cast<long long>(in.topk_idx[i]));
-  }
-  std::fprintf(f, "], \"topk_weights\": [");
-  for (std::size_t i = 0; i < in.topk_weights.size(); ++i) {
-    std::fprintf(f, "%s%.9g", i ? ", " : "", static_cast<double>(in.topk_weights[i]));
-  }
-  std::fprintf(f, "]}\n");
-  if (std::fclose(f) != 0) {
+  const std::string json = reference::routing_json(in, top_k) + "\n";
+  const bool written = std::fputs(json.c_str(), f) >= 0;
+  if (std::fclose(f) != 0 || !written) {
     std::remove(path);
     return {};
   }
@@ -144,10 +136,12 @@ std::string torch_baseline(const std::string& preset, std::int64_t tokens,
                            const reference::MoEInputs& in, std::int64_t top_k, double* us) {
   const std::string script = baseline_script();
   if (script.empty()) return "unavailable (bench/torch_baseline.py not found)";
-  const std::string routes = write_routes(in, tokens, top_k);
+  const std::string routes = write_routes(in, top_k);
   if (routes.empty()) return "unavailable (could not write the routing to /tmp)";
+  // The same GPU as the layer: torch numbers the visible devices as the driver does.
   const std::string cmd = "python3 " + script + " --preset " + preset + " --tokens " +
-                          std::to_string(tokens) + " --routes " + routes + " 2>&1";
+                          std::to_string(tokens) + " --routes " + routes + " --device " +
+                          std::to_string(cuda::current_device()) + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   if (p == nullptr) return "unavailable (could not start python3)";
   std::string out;

@@ -7,6 +7,7 @@
 // rank r owns rows [offset_r, offset_r + T_r) of x / topk_idx / topk_weights.
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "megamoe/config.hpp"
@@ -128,6 +129,11 @@ std::vector<float> random_bf16(std::int64_t rows, std::int64_t cols, float stdde
 // x and routing for num_ranks * tokens_per_rank tokens.
 MoEInputs random_inputs(const MoEConfig& config, std::int64_t tokens_per_rank,
                         const RoutingOptions& routing, std::uint64_t seed);
+// The routing of `inputs` as one JSON object, the exchange format of the PyTorch baseline
+// (bench/torch_baseline.py): {"tokens": N, "top_k": K, "topk_idx": [N K ints, -1 = masked],
+// "topk_weights": [N K floats]}. Floats are written with 9 significant digits, so they read
+// back to the same fp32 values.
+std::string routing_json(const MoEInputs& inputs, std::int64_t top_k);
 
 enum class WeightInit : std::uint8_t {
   gaussian,      // N(0, 1/cols) in fp32, quantized by the recipes (per-expert global scales)

@@ -3,8 +3,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <random>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "megamoe/error.hpp"
@@ -127,6 +129,53 @@ TEST(ReferenceGenerators, RejectsBadOptions) {
   EXPECT_THROW(random_routing(c, 4, ro, 1, in), InvalidArgument);
   c.shape.top_k = 40;
   EXPECT_THROW(random_routing(c, 4, {}, 1, in), InvalidArgument);
+}
+
+// The numbers of a JSON array "key": [ ... ] in `json`, as doubles.
+std::vector<double> json_array(const std::string& json, const std::string& key) {
+  const std::size_t at = json.find("\"" + key + "\": [");
+  EXPECT_NE(at, std::string::npos) << key;
+  std::vector<double> out;
+  const char* p = json.c_str() + json.find('[', at) + 1;
+  while (*p != ']') {
+    char* end = nullptr;
+    out.push_back(std::strtod(p, &end));
+    EXPECT_NE(end, p) << "not a number at " << p;
+    p = end;
+    while (*p == ',' || *p == ' ') ++p;
+  }
+  return out;
+}
+
+TEST(ReferenceGenerators, RoutingJsonReadsBackExactly) {
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const MoEConfig c = config(Format::nvfp4);
+  RoutingOptions ro;
+  ro.masked_fraction = 0.2;
+  MoEInputs in;
+  random_routing(c, 37, ro, seed, in);
+  const std::string json = routing_json(in, c.shape.top_k);
+  EXPECT_EQ(json.rfind("{\"tokens\": 37, \"top_k\": 6, \"topk_idx\": [", 0), 0u)
+      << json.substr(0, 60);
+  const std::vector<double> ids = json_array(json, "topk_idx");
+  const std::vector<double> weights = json_array(json, "topk_weights");
+  ASSERT_EQ(ids.size(), in.topk_idx.size());
+  ASSERT_EQ(weights.size(), in.topk_weights.size());
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    EXPECT_EQ(static_cast<std::int64_t>(ids[i]), in.topk_idx[i]) << i;
+    EXPECT_EQ(static_cast<float>(weights[i]), in.topk_weights[i]) << i;  // 9 digits: exact
+  }
+}
+
+TEST(ReferenceGenerators, RoutingJsonRefusesRaggedRoutes) {
+  MoEInputs in;
+  in.topk_idx = {1, 2, 3, 4, 5};
+  in.topk_weights = {0.2f, 0.2f, 0.2f, 0.2f, 0.2f};
+  EXPECT_THROW(routing_json(in, 2), InvalidArgument);  // 5 routes are not N x 2
+  in.topk_weights.pop_back();
+  EXPECT_THROW(routing_json(in, 5), InvalidArgument);  // 5 ids, 4 weights
+  EXPECT_THROW(routing_json(in, 0), InvalidArgument);
 }
 
 }  // namespace

@@ -47,8 +47,12 @@ def test_merge_matches_routings_and_reports_gaps(tmp_path):
                     continue
                 us = round(rnd.uniform(500, 9000), 2)
                 expected[(preset, bench_name[routing], t)] = us
-                lines[routing].append({"preset": preset, "tokens": t, "routing": routing,
-                                       "baseline_us": us, "impl": "torch._grouped_mm bf16"})
+                rec = {"preset": preset, "tokens": t, "routing": routing, "baseline_us": us,
+                       "impl": "torch._grouped_mm bf16"}
+                if preset == "dsv4-flash":
+                    # torch_baseline.py --route-sets: the bench's routing names and routings.
+                    rec.update(routing=bench_name[routing], routes="bench", sets=8)
+                lines[routing].append(rec)
     paths = []
     for routing, recs in lines.items():
         p = tmp_path / f"base_{routing}.jsonl"
@@ -70,3 +74,9 @@ def test_merge_matches_routings_and_reports_gaps(tmp_path):
     key = ("dsv4-flash", "uniform", 16)
     ours = next(float(r["time_us"]) for r in rows if (r["preset"], r["routing"], r["tokens"]) == key)
     assert f"{expected[key] / ours:.2f}x" in md
+    row = next(l for l in md.splitlines() if l.startswith("| dsv4-flash | uniform | 16 |"))
+    assert row.endswith("| the bench's |")
+    row = next(l for l in md.splitlines() if l.startswith("| h6144-e256-k8 | uniform | 16 |"))
+    assert row.endswith("| own draw |")
+    row = next(l for l in md.splitlines() if l.startswith("| h6144-e256-k8 | zipf1.2 | 128 |"))
+    assert row.endswith("| -- |")

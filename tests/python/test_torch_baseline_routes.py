@@ -49,3 +49,68 @@ def test_given_routes_are_timed_as_given(tmp_path):
     rc, lines = run("--preset", "dsv4-flash", "--tokens", "4", "--routes", str(path))
     assert rc == 0
     assert lines[0]["routing"] == "given" and lines[0]["baseline_us"] > 0
+
+
+def route_sets_file(tmp_path, rows, sets=3):
+    """A MEGAMOE_BENCH_ROUTES file: one line per (preset, routing, tokens, top_k) row."""
+    lines = []
+    for preset, routing, tokens, top_k in rows:
+        objs = [json.loads(routes_file(tmp_path, tokens, top_k).read_text()) for _ in range(sets)]
+        lines.append(json.dumps({"preset": preset, "routing": routing, "tokens": tokens,
+                                 "top_k": top_k, "sets": objs}))
+    path = tmp_path / "sets.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_route_sets_of_another_top_k_are_refused(tmp_path):
+    path = route_sets_file(tmp_path, [("dsv4-flash", "uniform", 2, 6),
+                                      ("dsv4-flash", "zipf1.2", 3, 8)])
+    rc, lines = run("--preset", "dsv4-flash", "--route-sets", str(path))
+    assert rc == 1
+    assert "line 2 set 0: top_k 8, the preset's is 6" in lines[0]["error"]
+
+
+def test_route_sets_without_the_preset_are_refused(tmp_path):
+    path = route_sets_file(tmp_path, [("h6144-e256-k8", "uniform", 2, 8)])
+    rc, lines = run("--preset", "dsv4-flash", "--route-sets", str(path))
+    assert rc == 1
+    assert "no row of preset dsv4-flash" in lines[0]["error"]
+
+
+def test_route_sets_with_a_short_set_are_refused(tmp_path):
+    path = route_sets_file(tmp_path, [("dsv4-flash", "masked20", 3, 6)])
+    rec = json.loads(path.read_text())
+    rec["sets"][1]["topk_idx"].pop()
+    path.write_text(json.dumps(rec) + "\n")
+    rc, lines = run("--preset", "dsv4-flash", "--route-sets", str(path))
+    assert rc == 1
+    assert "set 1: 17 ids and 18 weights for 3 tokens of top-6" in lines[0]["error"]
+
+
+def test_route_sets_are_timed_per_bench_row(tmp_path):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU visible to torch")
+    path = route_sets_file(tmp_path, [("dsv4-flash", "uniform", 1, 6),
+                                      ("h6144-e256-k8", "uniform", 2, 8),
+                                      ("dsv4-flash", "masked20", 5, 6)])
+    rc, lines = run("--preset", "dsv4-flash", "--route-sets", str(path))
+    assert rc == 0
+    assert [(l["routing"], l["tokens"], l["routes"], l["sets"]) for l in lines] == [
+        ("uniform", 1, "bench", 3), ("masked20", 5, "bench", 3)]
+    assert all(l["baseline_us"] > 0 for l in lines)
+
+
+def test_device_names_the_gpu_and_is_checked(tmp_path):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU visible to torch")
+    path = routes_file(tmp_path, 2, 6)
+    last = torch.cuda.device_count() - 1  # `megamoe demo` passes the layer's GPU
+    rc, lines = run("--preset", "dsv4-flash", "--tokens", "2", "--routes", str(path),
+                    "--device", str(last))
+    assert rc == 0 and lines[0]["baseline_us"] > 0
+    rc, lines = run("--preset", "dsv4-flash", "--tokens", "2", "--routes", str(path),
+                    "--device", str(last + 1))
+    assert rc == 1 and "torch sees" in lines[0]["error"]
