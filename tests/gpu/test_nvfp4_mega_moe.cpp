@@ -523,6 +523,77 @@ TEST_F(Nvfp4MegaMoe, StageBlocksAndExchangeBuffers) {
   run_case(four);
 }
 
+// The epilogue warp (the pipelined kernel's default with stages and two exchange buffers) against
+// the consumers running the epilogues themselves (MEGAMOE_NVFP4_EPILOGUE_WARP=0): each right
+// against the oracle, the two bitwise equal, outputs poisoned before each run. One to four ranks,
+// one token, tiles that end inside a CTA's range (33 and 40 tokens, Zipf routing with several
+// tiles per hot expert), all routes on one expert, 16-token sub-tiles, FP8 combine slots (whose
+// 128-row blocks span two units), the dsv4-flash widths.
+TEST_F(Nvfp4MegaMoe, EpilogueWarpMatchesConsumerEpilogues) {
+  const auto pipelined = use_version("pipelined");
+  if (!pipelined) GTEST_SKIP() << "tests the pipelined kernel; MEGAMOE_NVFP4_KERNEL forces another";
+  std::vector<Case> cases;
+  Case one;
+  cases.push_back(one);
+  Case two = one;
+  two.inter = 1024;
+  two.ranks = 2;
+  two.tokens = 33;
+  two.routing = Routing::masked;
+  cases.push_back(two);
+  Case four = one;
+  four.ranks = 4;
+  four.tokens = 40;
+  four.routing = Routing::masked;
+  cases.push_back(four);
+  Case zipf = one;
+  zipf.tokens = 96;
+  zipf.routing = Routing::zipf;
+  cases.push_back(zipf);
+  Case single = one;
+  single.tokens = 20;
+  single.routing = Routing::one_expert;
+  cases.push_back(single);
+  Case sixteen = one;  // 8 per expert: 16-token sub-tiles, stages beside them (one rank, bf16)
+  sixteen.tokens = 32;
+  cases.push_back(sixteen);
+  Case fp8 = two;
+  fp8.fp8_combine = true;
+  cases.push_back(fp8);
+  Case fp8_four = four;
+  fp8_four.hidden = 2048;
+  fp8_four.inter = 2048;
+  fp8_four.fp8_combine = true;
+  cases.push_back(fp8_four);
+  cases.push_back(dsv4_flash_widths(8));
+  int compared = 0;
+  for (const Case& c : cases) {
+    if (!case_selected(c)) continue;
+    const std::uint64_t seed = case_seed();
+    SCOPED_TRACE(describe_case(c) + " seed " + std::to_string(seed));
+    Harness hs(c, seed);
+    const int bm = get_block_m_for_mega_moe(hs.cfg, c.tokens);
+    if (runtime::nvfp4_launch_shape(hs.cfg, bm).epilogue_warp != 1) {
+      std::printf("  %s: no epilogue warp by default (BLOCK_M %d), left out\n",
+                  describe_case(c).c_str(), bm);
+      continue;
+    }
+    const Result with_warp = hs.poisoned_run();
+    std::printf("  %s epilogue warp seed %llu\n", hs.check(with_warp).c_str(),
+                static_cast<unsigned long long>(seed));
+    Result without;
+    {
+      const test::ScopedEnv off("MEGAMOE_NVFP4_EPILOGUE_WARP", "0");
+      without = hs.poisoned_run();
+      std::printf("  %s consumers' epilogues\n", hs.check(without).c_str());
+    }
+    EXPECT_EQ(with_warp.out, without.out) << "the epilogue warp changed the output";
+    ++compared;
+  }
+  if (compared == 0) GTEST_SKIP() << "no selected case runs the epilogue warp";
+  EXPECT_GE(compared, 6) << "too few cases ran the epilogue warp";
+}
+
 // A case of the wide-kernel shape list (tests/support/nvfp4_wide_test_shapes.hpp).
 Case case_of(const test::WideTestShape& sh) {
   Case c;
