@@ -33,7 +33,6 @@ struct Nvfp4LaunchShape {
   int reduce_buffers = 1;  // split-K exchange buffers (`pipelined`; 2: one barrier per unit);
                            // `wide`: FC1 exchange buffers (0: one small region)
   int token_subtile = 16;  // tokens per sub-tile (16, or 8 when 16 do not fit)
-  int epilogue_warp = 0;   // `pipelined`: 1 = a warp of its own runs every unit's epilogue
   std::size_t smem = 0;    // dynamic shared memory (bytes), mirroring the kernel's Smem struct
 };
 
@@ -50,8 +49,6 @@ struct Nvfp4LaunchShape {
 //                              else 1 (and 1 for the register ring, which has no stages).
 //   MEGAMOE_NVFP4_REDUCE_BUFFERS=1|2  split-K exchange buffers. Default: 2 when they fit beside
 //                              the token tile and the stages, else 1.
-//   MEGAMOE_NVFP4_EPILOGUE_WARP=0|1  an epilogue warp (the consumers hand it each unit's partials
-//                              and go on). Default: 1 with stages and two exchange buffers.
 // The default ring is the deepest that divides both phases' blocks per warp (no slot idles at a
 // unit boundary). Unsupported when not even an 8-token sub-tile fits in shared memory.
 // `wide`: 16 consumer warps and a producer, sub-tiles of min(BLOCK_M, 32) tokens; stages of 4, 3

@@ -38,11 +38,9 @@ std::size_t with_plan_state(std::size_t bytes, const MoEConfig& c, int block_m) 
 // the KW - 1 upper slices and a 64 x NS result tile); 0: the pipelined kernel's register ring
 // (placeholders of the stage and unit rings); > 0: that many weight stages of `stage_blocks`
 // blocks per consumer warp.
-// The pipelined kernel keeps `reduce_buffers` buffers of every slice's partials instead, and with
-// an epilogue warp its hand-over state (nvfp4_pipe::EpilogueState<1>: four mbarriers and two
-// 32-byte tasks).
+// The pipelined kernel keeps `reduce_buffers` buffers of every slice's partials instead.
 std::size_t smem_for(const MoEConfig& c, int block_m, int ns, int ksplit, int stages,
-                     int stage_blocks = 1, int reduce_buffers = 1, int epilogue_warp = 0) {
+                     int stage_blocks = 1, int reduce_buffers = 1) {
   const auto kmax = static_cast<std::size_t>(std::max(c.shape.hidden, c.shape.intermediate));
   const auto n = static_cast<std::size_t>(ns);
   const auto kw = static_cast<std::size_t>(ksplit);
@@ -57,8 +55,7 @@ std::size_t smem_for(const MoEConfig& c, int block_m, int ns, int ksplit, int st
   const std::size_t slice = 4 * 32 * (n / 8) * 4 * 4;  // one K slice's partials, bytes
   const std::size_t reduce = stages < 0 ? (kw - 1) * slice + 64 * n * 4  // partials + tile
                                         : static_cast<std::size_t>(reduce_buffers) * kw * slice;
-  const std::size_t hand_over = epilogue_warp != 0 ? 4 * 8 + 2 * 32 : 0;
-  return with_plan_state(hand_over + ring + ypair  // weight stages + barriers, fp8_combine's y
+  return with_plan_state(ring + ypair  // weight stages + barriers, fp8_combine's y block
                              + n * (kmax + 8) * 2  // token tile, f16
                              + reduce,             // split-K exchange
                          c, block_m);
@@ -277,24 +274,9 @@ Nvfp4LaunchShape nvfp4_launch_shape(const MoEConfig& c, int block_m, Nvfp4Kernel
                     std::to_string(l.reduce_buffers));
     }
   }
-  if (pipelined) {
-    // An epilogue warp (every unit's epilogue, so that the consumers need no CTA barrier per
-    // unit) where the kernel has stages and two exchange buffers and its 96 bytes fit.
-    const bool allowed = l.stages > 0 && l.reduce_buffers == 2 &&
-                         smem_for(c, block_m, l.token_subtile, l.ksplit, l.stages, l.stage_blocks,
-                                  l.reduce_buffers, 1) <= kMaxDynamicSmem;
-    l.epilogue_warp =
-        env_choice("MEGAMOE_NVFP4_EPILOGUE_WARP", {0, 1}, allowed ? 1 : 0, "must be 0 or 1");
-    if (l.epilogue_warp == 1 && !allowed) {
-      throw_invalid("MEGAMOE_NVFP4_EPILOGUE_WARP",
-                    "1 needs shared-memory stages, two exchange buffers and 96 more bytes of "
-                    "shared memory",
-                    "1");
-    }
-  }
-  l.threads = 128 * l.ksplit + (l.stages > 0 ? 32 : 0) + 32 * l.epilogue_warp;
+  l.threads = 128 * l.ksplit + (l.stages > 0 ? 32 : 0);
   l.smem = smem_for(c, block_m, l.token_subtile, l.ksplit, pipelined ? l.stages : -1,
-                    l.stage_blocks, l.reduce_buffers, l.epilogue_warp);
+                    l.stage_blocks, l.reduce_buffers);
   if (pipelined) {
     // Blocks of 128 k per warp and unit in each phase; a depth dividing both keeps every slot
     // busy across unit boundaries (the ring is aligned to each unit's start).
@@ -351,8 +333,7 @@ jit::KernelRequest nvfp4_mega_moe_request(const MoEConfig& c, int block_m,
   if (pipelined) {
     args += ", " + std::to_string(l.ring) + ", " + std::to_string(l.ksplit) + ", " +
             std::to_string(l.stages) + ", " + std::to_string(l.stage_blocks) + ", " +
-            std::to_string(l.reduce_buffers) + ", " + (c.fp8_combine ? "1" : "0") + ", " +
-            std::to_string(l.epilogue_warp);
+            std::to_string(l.reduce_buffers) + ", " + (c.fp8_combine ? "1" : "0");
   } else if (c.fp8_combine) {
     throw Unsupported(
         "nvfp4_mega_moe: config.fp8_combine needs the pipelined kernel (MEGAMOE_NVFP4_KERNEL is "
@@ -365,11 +346,10 @@ jit::KernelRequest nvfp4_mega_moe_request(const MoEConfig& c, int block_m,
             (pipelined ? "nvfp4_mega_moe_pipelined_kernel<" : "nvfp4_mega_moe_kernel<") + args +
             ">";
   r.arch = "sm_90a";
-  r.arguments = std::string("H, I, E_local, K, R, BLOCK_M, T_max, NS, act") +
-                (pipelined ? ", ring, ksplit, stages, stage_blocks, reduce_buffers, fp8_combine, "
-                             "epilogue_warp"
-                           : "") +
-                " = " + args;
+  r.arguments =
+      std::string("H, I, E_local, K, R, BLOCK_M, T_max, NS, act") +
+      (pipelined ? ", ring, ksplit, stages, stage_blocks, reduce_buffers, fp8_combine" : "") +
+      " = " + args;
   return r;
 }
 

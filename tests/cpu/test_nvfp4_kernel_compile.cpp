@@ -41,23 +41,17 @@ void compile_one(const MoEConfig& c, int block_m, runtime::Nvfp4KernelVersion ve
     EXPECT_EQ(l.threads, 16 * 32 + 32);
     EXPECT_EQ(l.token_subtile, std::min(block_m, 32));
   } else {
-    EXPECT_EQ(l.threads, 128 * l.ksplit + (l.stages > 0 ? 32 : 0) + 32 * l.epilogue_warp);
-    EXPECT_TRUE(l.epilogue_warp == 0 || (l.stages > 0 && l.reduce_buffers == 2));
+    EXPECT_EQ(l.threads, 128 * l.ksplit + (l.stages > 0 ? 32 : 0));
   }
 }
 
-// `simple`, and `pipelined` with both K splits, with the default weight stages (with and without
-// the epilogue warp where it is the default) and with the register ring.
+// `simple`, and `pipelined` with both K splits, with the default weight stages and with the
+// register ring.
 void compile_and_check(const MoEConfig& c, int block_m) {
   compile_one(c, block_m, runtime::Nvfp4KernelVersion::simple);
   for (const char* ksplit : {"2", "4"}) {
     test::ScopedEnv env("MEGAMOE_NVFP4_KSPLIT", ksplit);
     compile_one(c, block_m, runtime::Nvfp4KernelVersion::pipelined);
-    if (runtime::nvfp4_launch_shape(c, block_m, runtime::Nvfp4KernelVersion::pipelined)
-            .epilogue_warp == 1) {
-      test::ScopedEnv off("MEGAMOE_NVFP4_EPILOGUE_WARP", "0");
-      compile_one(c, block_m, runtime::Nvfp4KernelVersion::pipelined);
-    }
     test::ScopedEnv ring("MEGAMOE_NVFP4_STAGES", "0");
     compile_one(c, block_m, runtime::Nvfp4KernelVersion::pipelined);
   }
@@ -228,9 +222,8 @@ TEST(Nvfp4KernelCompile, Fp8CombineBuildsWithPipelinedAndWide) {
       c.fp8_combine = true;
       for (int bm : {8, 16}) {
         compile_one(c, bm, pipelined);
-        // fp8_combine, then the epilogue warp flag.
-        const std::string entry = runtime::nvfp4_mega_moe_request(c, bm, pipelined).entry;
-        EXPECT_TRUE(entry.ends_with(", 1, 0>") || entry.ends_with(", 1, 1>")) << entry;
+        EXPECT_NE(runtime::nvfp4_mega_moe_request(c, bm, pipelined).entry.find(", 1>"),
+                  std::string::npos);
       }
       EXPECT_EQ(runtime::nvfp4_kernel_version(c, 16), wide) << name;
       for (int bm : {16, 32}) {
@@ -294,8 +287,7 @@ void check_smem_mirror(const MoEConfig& c, int block_m, runtime::Nvfp4KernelVers
       : pipelined
           ? "megamoe::device::nvfp4_pipe::Smem<" + common + ", " + std::to_string(l.ksplit) + ", " +
                 std::to_string(l.stages) + ", " + std::to_string(l.stage_blocks) + ", " +
-                std::to_string(l.reduce_buffers) + ", " + (c.fp8_combine ? "1" : "0") + ", " +
-                std::to_string(l.epilogue_warp) + ">"
+                std::to_string(l.reduce_buffers) + ", " + (c.fp8_combine ? "1" : "0") + ">"
           : "megamoe::device::nvfp4_moe::Smem<" + common + ">";
   jit::KernelRequest r;
   r.name = "nvfp4_smem_mirror";
@@ -323,10 +315,6 @@ TEST(Nvfp4KernelCompile, HostSharedMemoryMirrorsTheKernelStructs) {
       c.fp8_combine = fp8;
       for (int bm : {8, 16}) {
         check_smem_mirror(c, bm, runtime::Nvfp4KernelVersion::pipelined);
-        {
-          test::ScopedEnv off("MEGAMOE_NVFP4_EPILOGUE_WARP", "0");
-          check_smem_mirror(c, bm, runtime::Nvfp4KernelVersion::pipelined);
-        }
         test::ScopedEnv ring("MEGAMOE_NVFP4_STAGES", "0");
         check_smem_mirror(c, bm, runtime::Nvfp4KernelVersion::pipelined);
       }
@@ -395,31 +383,7 @@ TEST(Nvfp4KernelCompile, TuningOverridesAreChecked) {
   const runtime::Nvfp4LaunchShape staged = runtime::nvfp4_launch_shape(c, 8, pipelined);
   EXPECT_EQ(staged.stage_blocks, 4);
   EXPECT_EQ(staged.stages, 2);
-  // With two exchange buffers, an epilogue warp beside the producer: 16 + 1 + 1 warps.
-  EXPECT_EQ(staged.epilogue_warp, 1);
-  EXPECT_EQ(staged.threads, 576);
-  {
-    test::ScopedEnv off("MEGAMOE_NVFP4_EPILOGUE_WARP", "0");
-    const runtime::Nvfp4LaunchShape without = runtime::nvfp4_launch_shape(c, 8, pipelined);
-    EXPECT_EQ(without.epilogue_warp, 0);
-    EXPECT_EQ(without.threads, 544);
-    EXPECT_EQ(staged.smem - without.smem, std::size_t{96});  // its hand-over state
-    test::ScopedEnv bad("MEGAMOE_NVFP4_EPILOGUE_WARP", "2");
-    EXPECT_THROW(runtime::nvfp4_launch_shape(c, 8, pipelined), InvalidArgument);
-  }
-  {
-    // No epilogue warp without stages or with one exchange buffer; forcing one is refused.
-    test::ScopedEnv ring("MEGAMOE_NVFP4_STAGES", "0");
-    EXPECT_EQ(runtime::nvfp4_launch_shape(c, 8, pipelined).epilogue_warp, 0);
-    test::ScopedEnv on("MEGAMOE_NVFP4_EPILOGUE_WARP", "1");
-    EXPECT_THROW(runtime::nvfp4_launch_shape(c, 8, pipelined), InvalidArgument);
-  }
-  {
-    test::ScopedEnv one("MEGAMOE_NVFP4_REDUCE_BUFFERS", "1");
-    EXPECT_EQ(runtime::nvfp4_launch_shape(c, 8, pipelined).epilogue_warp, 0);
-    test::ScopedEnv on("MEGAMOE_NVFP4_EPILOGUE_WARP", "1");
-    EXPECT_THROW(runtime::nvfp4_launch_shape(c, 8, pipelined), InvalidArgument);
-  }
+  EXPECT_EQ(staged.threads, 544);
   {
     test::ScopedEnv one("MEGAMOE_NVFP4_STAGE_BLOCKS", "1");
     const runtime::Nvfp4LaunchShape single = runtime::nvfp4_launch_shape(c, 8, pipelined);
@@ -442,9 +406,7 @@ TEST(Nvfp4KernelCompile, TuningOverridesAreChecked) {
     const runtime::Nvfp4LaunchShape single = runtime::nvfp4_launch_shape(c, 8, pipelined);
     EXPECT_EQ(single.reduce_buffers, 1);
     EXPECT_EQ(single.stages, staged.stages);
-    // One more buffer, and the epilogue warp's hand-over state that one buffer rules out.
-    EXPECT_EQ(single.epilogue_warp, 0);
-    EXPECT_EQ(staged.smem - single.smem, std::size_t{4 * 4 * 32 * 4 * 4 + 96});
+    EXPECT_EQ(staged.smem - single.smem, std::size_t{4 * 4 * 32 * 4 * 4});  // one more buffer
     test::ScopedEnv two("MEGAMOE_NVFP4_REDUCE_BUFFERS", "2");
     EXPECT_THROW(runtime::nvfp4_launch_shape(c, 16, pipelined), InvalidArgument);
     test::ScopedEnv three("MEGAMOE_NVFP4_REDUCE_BUFFERS", "3");

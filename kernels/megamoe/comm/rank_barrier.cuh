@@ -75,17 +75,16 @@ MEGAMOE_DEVICE void spin_for_flip(const u32* counter, u32 old, u64 timeout_ns, S
 }
 
 // The CTA-level barrier the grid barriers use around thread 0's work: N = 0, every thread of the
-// CTA (__syncthreads); N > 0, named barrier ID over N threads (warp-specialized kernels whose
-// producer warp takes no part). One ID must always be used with the same N.
-template <int N, int ID = 1>
+// CTA (__syncthreads); N > 0, named barrier 1 over the first N threads (warp-specialized kernels
+// whose producer warp takes no part).
+template <int N>
 struct CtaBarrier {
   static_assert(N % 32 == 0, "named barriers count whole warps");
-  static_assert(ID > 0 && ID < 16, "named barriers 1..15");
   MEGAMOE_DEVICE static void sync() {
     if constexpr (N == 0) {
       __syncthreads();
     } else {
-      asm volatile("bar.sync %0, %1;" ::"n"(ID), "n"(N) : "memory");
+      asm volatile("bar.sync 1, %0;" ::"n"(N) : "memory");
     }
   }
 };

@@ -252,36 +252,12 @@ MEGAMOE_DEVICE Unit take_unit(const ptx::u32x4* slots, u64* ready, UnitPosition&
               static_cast<int>(v.w)};
 }
 
-// What the consumers hand the epilogue warp (EPW = 1) with a unit's split-K partials: the unit,
-// its live tokens, and the scale its epilogue applies. A task of phase kEpilogueEnd closes a phase.
-struct EpilogueTask {
-  int phase, col, sub, sub_live, pool_row0, pad0, pad1;
-  float scale;  // FC1: the expert's fc2_input_scale (g2); FC2: fc2_input_scale x alpha2
-};
-inline constexpr int kEpilogueEnd = 2;
-
-// The hand-over of exchange buffer b between the consumers and the epilogue warp (EPW = 1).
-template <int EPW>
-struct EpilogueState {};
-template <>
-struct EpilogueState<1> {
-  // full[b]: buffer b holds a unit's partials and task[b] its task. kThreads arrivals (every
-  // consumer thread after its partials; thread 0 also wrote the task), one phase per hand-over.
-  u64 full[2];
-  // free[b]: the epilogue warp has finished with buffer b. One arrival (its lane 0) per
-  // hand-over; consumers wait for it before they write the buffer (or its task) again.
-  u64 free[2];
-  EpilogueTask task[2];
-};
-
 // Shared memory of one CTA (dynamic; src/runtime/register_nvfp4_mega_moe.cpp mirrors its size).
 // ring / full / empty: the weight stages; unit_ready / unit_q: the published units; b: the token
 // tile, f16 [NS][KMAX + 8] in the paired layout; red: RB buffers of a unit's split-K partials
-// (units alternate between two, or reuse one behind an extra barrier). The epilogue warp's
-// hand-over state (EPW = 1: 96 bytes) comes first; without it the empty base takes no space.
-template <int EL, int BM, int NS, int KMAX, int KW, int STAGES, int SB, int RB, int FP8C,
-          int EPW = 0>
-struct Smem : EpilogueState<EPW> {
+// (units alternate between two, or reuse one behind an extra barrier).
+template <int EL, int BM, int NS, int KMAX, int KW, int STAGES, int SB, int RB, int FP8C>
+struct Smem {
   // Weight stages and their barriers (STAGES > 0; a token 16 B otherwise).
   u8 ring[STAGES > 0 ? STAGES* kStageBytes<KW, SB> : 16];
   u64 full[STAGES > 0 ? STAGES : 1], empty[STAGES > 0 ? STAGES : 1];
@@ -330,14 +306,13 @@ MEGAMOE_DEVICE float unit_sum(const float* red, int row, int i) {
   return v;
 }
 
-// FC2 epilogue, bf16 slots: warp w of WARPS takes token w / 2 and rows (w % 2) * 32 + lane of the
-// 64-row tile `col` (and every WARPS-th task after); eight lanes gather their bf16 values by
-// shuffles and the first stores them (16 bytes) into the route's combine slot (peer writes).
-// `y(row, i)`: the raw result.
+// FC2 epilogue, bf16 slots: warp w takes token w / 2 and rows (w % 2) * 32 + lane of the 64-row
+// tile `col`; eight lanes gather their bf16 values by shuffles and the first stores them
+// (16 bytes) into the route's combine slot (peer writes). `y(row, i)`: the raw result.
 template <int H, int TMAX, int NS, int WARPS, class S, class Y>
-MEGAMOE_DEVICE void fc2_store_bf16_rows(const Nvfp4MoeArgs& a, const S& s, int warp, int sub,
-                                        int sub_live, int col, float factor, Y y) {
-  const int lane = threadIdx.x & 31;
+MEGAMOE_DEVICE void fc2_store_bf16_rows(const Nvfp4MoeArgs& a, const S& s, int sub, int sub_live,
+                                        int col, float factor, Y y) {
+  const int warp = static_cast<int>(threadIdx.x) >> 5, lane = threadIdx.x & 31;
   for (int task = warp; task < 2 * sub_live; task += WARPS) {  // warp-uniform: shuffles are safe
     const int i = task >> 1, row = (task & 1) * 32 + lane;
     const u32 v = ptx::f32_to_bf16_rn(__fmul_rn(y(row, i) * nvfp4::kWeightUnscale, factor));
@@ -355,48 +330,14 @@ MEGAMOE_DEVICE void fc2_store_bf16_rows(const Nvfp4MoeArgs& a, const S& s, int w
   }
 }
 
-// FP8 combine, one warp for token i (tile row r) of the 128-row block holding column tile `col`
-// (both halves in s.ypair): lane l holds rows 4 l .. 4 l + 3 of the block: finite amax, f32 scale
-// amax / 448, e4m3 codes of y / scale (the oracle's 1x128 recipe), 4 bytes a lane and the scale
-// into the source rank's slot (peer writes).
-template <int H, int TMAX, int NS, class S>
-MEGAMOE_DEVICE void fp8_store_token(const Nvfp4MoeArgs& a, const S& s, int i, int r, int col) {
-  const int lane = threadIdx.x & 31;
-  // Read twice from shared memory rather than held: 16-token tiles are at the 128-register cap.
-  auto y_of = [&](int j) { return s.ypair[(lane * 4 + j) * NS + i]; };
-  float amax = 0.0f;
-#pragma unroll 1
-  for (int j = 0; j < 4; ++j) amax = exact::amax2(amax, exact::finite_abs(y_of(j)));
-#pragma unroll
-  for (int d = 16; d >= 1; d >>= 1) {
-    amax = exact::amax2(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, d));
-  }
-  const float scale = exact::fp8_f32_scale(amax);
-  u32 packed = 0;
-#pragma unroll 1
-  for (int j = 0; j < 4; ++j) {
-    packed |= exact::e4m3_code(__fdiv_rn(y_of(j), scale)) << (8 * j);
-  }
-  const u64 row = static_cast<u64>(s.route_k[r]) * TMAX + s.route_tok[r];
-  u8* base = a.base[s.route_src[r]];
-  const int blk = col >> 1;
-  *reinterpret_cast<u32*>(base + a.off_combine + row * H + blk * 128 + lane * 4) = packed;
-  if (lane == 0) {
-    *reinterpret_cast<float*>(base + a.off_combine_sf + row * a.pitch_combine_sf + blk * 4) = scale;
-  }
-}
-
 }  // namespace nvfp4_pipe
 
 // Warp roles: warps 0 .. 4 KW - 1 are consumers (row group = warp % 4, K slice kh = warp / 4:
 // blocks kh, kh + KW, ...); with STAGES > 0, warp 4 KW is the producer (its lanes 0..3 issue
-// the bulk copies; it leaves after phase 0 and takes no part in the consumers' barriers); with
-// EPW = 1, warp 4 KW + 1 is the epilogue warp: it runs every unit's epilogue from the exchange
-// buffer the consumers hand it, so that they go on to the next unit without a CTA barrier, and
-// takes part in the grid barriers (its pool and combine-slot stores are the phase's writes).
+// the bulk copies; it leaves after phase 0 and takes no part in the consumers' barriers).
 template <int H, int I, int EL, int K, int R, int BM, int TMAX, int NS, int ACT, int RING = 4,
-          int KW = 2, int STAGES = 0, int SB = 1, int RB = 1, int FP8C = 0, int EPW = 0>
-__global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0) + 32 * EPW, 1)
+          int KW = 2, int STAGES = 0, int SB = 1, int RB = 1, int FP8C = 0>
+__global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
     nvfp4_mega_moe_pipelined_kernel(const __grid_constant__ Nvfp4MoeArgs a) {
   static_assert(H % 128 == 0 && I % 128 == 0, "H and I must be multiples of 128");
   static_assert(NS % 8 == 0 && BM % NS == 0, "token sub-tile must divide BLOCK_M");
@@ -411,8 +352,6 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0) + 32 * EPW, 1
   static_assert(SB == 1 || SB == 2 || SB == 4, "1, 2 or 4 blocks per consumer warp and stage");
   static_assert(STAGES == 0 || ((H / 128) % (KW * SB) == 0 && (I / 128) % (KW * SB) == 0),
                 "stages hold SB blocks per consumer warp: H / 128 and I / 128 multiples of KW SB");
-  static_assert(EPW == 0 || (EPW == 1 && STAGES > 0 && RB == 2),
-                "an epilogue warp needs the staged kernel and two exchange buffers");
   using namespace nvfp4_pipe;
   constexpr int kThreads = 128 * KW;  // consumer threads
   constexpr int kWarps = 4 * KW;      // consumer warps
@@ -425,15 +364,11 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0) + 32 * EPW, 1
   // after its first stage. Were all stages requested at once, every CTA's would be ~20 MB of
   // weights queued ahead of the token-row loads, which then took ~4 us (bench/NOTES.md, v11).
   using FirstTileReady = SignalBarrier<2, kThreads + 32>;
-  // The grid barriers' CTA barrier: the consumers, and with EPW = 1 the epilogue warp (named
-  // barrier 3), whose stores belong to the phase the barrier closes.
-  using PhaseSync =
-      CtaBarrier<EPW == 1 ? kThreads + 32 : (kStaged ? kThreads : 0), EPW == 1 ? 3 : 1>;
   constexpr int KMAX = H > I ? H : I;
   constexpr int NT = NS / 8;
   constexpr int CT = I / 32;  // FC1 column tiles (32 gate + 32 up rows each)
   constexpr int HT = H / 64;  // FC2 row tiles
-  using S = nvfp4_pipe::Smem<EL, BM, NS, KMAX, KW, STAGES, SB, RB, FP8C, EPW>;
+  using S = nvfp4_pipe::Smem<EL, BM, NS, KMAX, KW, STAGES, SB, RB, FP8C>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   S& s = nvfp4_moe::dynamic_smem_as<S>(smem_raw);
 
@@ -458,12 +393,6 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0) + 32 * EPW, 1
     }
     // unit_ready[q]: one arrival (the producer's lane 0, once slot q holds its next unit).
     for (int q = 0; q < (kStaged ? kUnitSlots : 0); ++q) ptx::mbarrier_init(s.unit_ready + q, 1);
-    if constexpr (EPW == 1) {
-      for (int b = 0; b < 2; ++b) {
-        ptx::mbarrier_init(static_cast<EpilogueState<1>&>(s).full + b, kThreads);
-        ptx::mbarrier_init(static_cast<EpilogueState<1>&>(s).free + b, 1);
-      }
-    }
     ptx::fence_mbarrier_init();
   }
 
@@ -487,7 +416,7 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0) + 32 * EPW, 1
 
   // ---- phase 0: route counts and the padded pool layout (every CTA, redundantly) ----------
   const int total_tiles =
-      nvfp4_moe::plan_tiles<EL, K, R, BM, TMAX, kThreads, kThreads + (kStaged ? 32 : 0) + 32 * EPW>(
+      nvfp4_moe::plan_tiles<EL, K, R, BM, TMAX, kThreads, kThreads + (kStaged ? 32 : 0)>(
           a, s, first_expert);
 
   Schedule<EL, BM, NS, CT, HT> sched;
@@ -563,71 +492,6 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0) + 32 * EPW, 1
       return;
     }
   }
-  if constexpr (EPW == 1) {
-    if (warp == kWarps + 1) {
-      // Epilogue warp: the tasks of both phases in hand-over order (buffers alternate), each
-      // phase closed by its kEpilogueEnd task and its grid barrier.
-      EpilogueState<1>& x = s;
-      u32 taken = 0;  // tasks so far; task n is in buffer n % 2, its hand-over n / 2 of it
-      for (int ph = 0; ph < 2; ++ph) {
-        for (;;) {
-          const int b = static_cast<int>(taken & 1u);
-          ptx::mbarrier_wait_parity(x.full + b, (taken >> 1) & 1u);
-          const EpilogueTask t = x.task[b];
-          const float* red = s.red + b * kPartialFloats<NT, KW>;
-          auto y = [&](int row, int i) { return unit_sum<NT, KW>(red, row, i); };
-          if (t.phase == 0) {
-            for (int i = 0; i < t.sub_live; ++i) {
-              nvfp4_moe::fc1_requantize_token<ACT>(a, s, mine, i, t.sub * NS + i, t.sub_live, t.col,
-                                                   t.pool_row0, t.scale, y);
-            }
-          } else if (t.phase == 1) {
-            if constexpr (FP8C) {
-              // This column tile's half of the 128-row block; the odd tile, the CTA's next
-              // unit, completes the block (whole pairs per CTA, columns in order).
-              const int half = (t.col & 1) * 64;
-              for (int u = lane; u < 64 * t.sub_live; u += 32) {
-                const int i = u / 64, row = u - i * 64;
-                s.ypair[(half + row) * NS + i] =
-                    __fmul_rn(y(row, i) * nvfp4::kWeightUnscale, t.scale);
-              }
-              if (half != 0) {
-                __syncwarp();  // both halves written
-                for (int i = 0; i < t.sub_live; ++i) {
-                  fp8_store_token<H, TMAX, NS>(a, s, i, t.sub * NS + i, t.col);
-                }
-              }
-            } else {
-              fc2_store_bf16_rows<H, TMAX, NS, 1>(a, s, 0, t.sub, t.sub_live, t.col, t.scale, y);
-            }
-          }
-          __syncwarp();  // every lane is done with buffer b (and, FP8C, with s.ypair's reads)
-          if (lane == 0) ptx::mbarrier_arrive(x.free + b);
-          ++taken;
-          if (t.phase == kEpilogueEnd) break;
-        }
-        if (ph == 0) {
-          if constexpr (R == 1) {
-            rank_grid_barrier<PhaseSync, Scope::gpu>(grid_counter, cta_in_rank, nctas, a.timeout_ns,
-                                                     status, rank, kPhaseAfterFc1);
-          } else {
-            rank_grid_barrier<PhaseSync>(grid_counter, cta_in_rank, nctas, a.timeout_ns, status,
-                                         rank, kPhaseAfterFc1);
-          }
-        } else if constexpr (R == 1) {
-          rank_grid_barrier<PhaseSync, Scope::gpu>(grid_counter, cta_in_rank, nctas, a.timeout_ns,
-                                                   status, rank, kPhaseAfterFc2);
-        } else {
-          cross_rank_barrier<PhaseSync>(
-              [&](int p) {
-                return reinterpret_cast<u32*>(a.base[p] + a.off_sync + a.sync_rank_barrier);
-              },
-              R, rank, grid_counter, cta_in_rank, nctas, a.timeout_ns, status);
-        }
-      }
-      return;
-    }
-  }
 
   // The warp's weight stream of a unit; `prev` is the stream of the unit before it.
   auto stream_of = [&](const Unit& u, const Stream& prev) {
@@ -663,19 +527,6 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0) + 32 * EPW, 1
   // exchange buffer) and one CTA barrier makes them readable to the epilogue.
   int red_buf = 0;
   const float* red = s.red;
-  // EPW = 1: hand-overs to the epilogue warp so far (the same in every consumer thread). They
-  // alternate between the buffers (one per unit and per phase end, each followed by a switch),
-  // so hand-over n uses buffer n % 2 == red_buf and buffer b has had (n + 1 - b) / 2 of them.
-  // Before writing buffer b again, a thread waits until the epilogue warp has released the
-  // buffer's previous hand-over.
-  u32 handed = 0;
-  auto wait_buffer_free = [&](int b) {
-    if constexpr (EPW == 1) {
-      EpilogueState<1>& x = s;
-      const u32 of_b = (handed + 1u - static_cast<u32>(b)) >> 1;
-      if (of_b > 0) ptx::mbarrier_wait_parity(x.free + b, (of_b - 1u) & 1u);
-    }
-  };
   auto stream_unit = [&](const Stream& ns) {
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
@@ -687,34 +538,9 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0) + 32 * EPW, 1
       consume<KMAX, NT, RING, KW>(ring, cs, ns, s.b, acc);
     }
     float* const buffer = s.red + red_buf * kPartialFloats<NT, KW>;
-    wait_buffer_free(red_buf);
     store_partials<NT>(buffer, acc);
     red = buffer;
-    if constexpr (EPW == 0) Sync::sync();
-  };
-  // EPW = 1: the unit's epilogue goes to the epilogue warp with the partials in buffer red_buf
-  // (thread 0 writes the task; every thread's arrival releases its own partials and, for
-  // tid < live, the routes it stored for the tile); then the next unit takes the other buffer.
-  auto hand_over = [&](const EpilogueTask& t) {
-    if constexpr (EPW == 1) {
-      EpilogueState<1>& x = s;
-      if (tid == 0) x.task[red_buf] = t;
-      ptx::mbarrier_arrive(x.full + red_buf);
-      ++handed;
-    }
-  };
-  // EPW = 1: until the epilogue warp has finished every unit handed over (it takes them in
-  // order, so the last one's release is enough): before the routes of a tile are overwritten.
-  auto drain = [&] {
-    if constexpr (EPW == 1) wait_buffer_free(red_buf ^ 1);
-  };
-  // EPW = 1: the phase's closing task, in the next buffer once it is free.
-  auto close_phase = [&] {
-    if constexpr (EPW == 1) {
-      wait_buffer_free(red_buf);
-      hand_over(EpilogueTask{kEpilogueEnd, 0, 0, 0, 0, 0, 0, 0.0f});
-      red_buf ^= 1;
-    }
+    Sync::sync();
   };
   // The unit's raw result at tile row `row`, token `i` (after stream_unit's barrier).
   auto y = [&](int row, int i) { return unit_sum<NT, KW>(red, row, i); };
@@ -754,7 +580,6 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0) + 32 * EPW, 1
     if (cur.tileg != b_tile) {
       b_tile = cur.tileg;
       b_sub = -1;
-      drain();
       Sync::sync();  // the previous tile's routes are no longer read
       if (warp == 0) nvfp4_moe::gather_tile_routes<K, R, BM>(a, s, first_expert + e, tile);
       Sync::sync();
@@ -783,7 +608,7 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0) + 32 * EPW, 1
       }
     }
     if (fresh_routes) {
-      // Read by the epilogue only, after stream_unit's barrier (EPW = 1: after the hand-over).
+      // Read by the epilogue only, after stream_unit's barrier.
       s.route_w[tid] = route_w;
       s.route_alpha[tid] = route_alpha;
       fresh_routes = false;
@@ -797,28 +622,23 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0) + 32 * EPW, 1
     // Loaded before the stream so that its latency hides behind it (not after the barriers).
     const float g2 = __ldg(a.fc2_scale[rank] + e);
     stream_unit(ns);
-    if constexpr (EPW == 1) {
-      hand_over(EpilogueTask{0, cur.col, cur.sub, sub_live, pool_row0, 0, 0, g2});
-    } else {
-      // Warp -> token (warps past NS idle), lane -> column (one 16-column block per half-warp).
-      for (int i = warp; i < NS; i += kWarps) {
-        nvfp4_moe::fc1_requantize_token<ACT>(a, s, mine, i, cur.sub * NS + i, sub_live, cur.col,
-                                             pool_row0, g2, y);
-      }
+    // Warp -> token (warps past NS idle), lane -> column (one 16-column block per half-warp).
+    for (int i = warp; i < NS; i += kWarps) {
+      nvfp4_moe::fc1_requantize_token<ACT>(a, s, mine, i, cur.sub * NS + i, sub_live, cur.col,
+                                           pool_row0, g2, y);
     }
     end_unit(nx, ns);
   }
 
   if (kStaged && !first_tile_ready) FirstTileReady::arrive();
-  close_phase();
 
   // The ring already holds the first FC2 blocks: they stream while the barrier waits.
   if constexpr (R == 1) {
-    rank_grid_barrier<PhaseSync, Scope::gpu>(grid_counter, cta_in_rank, nctas, a.timeout_ns, status,
-                                             rank, kPhaseAfterFc1);
+    rank_grid_barrier<Sync, Scope::gpu>(grid_counter, cta_in_rank, nctas, a.timeout_ns, status,
+                                        rank, kPhaseAfterFc1);
   } else {
-    rank_grid_barrier<PhaseSync>(grid_counter, cta_in_rank, nctas, a.timeout_ns, status, rank,
-                                 kPhaseAfterFc1);
+    rank_grid_barrier<Sync>(grid_counter, cta_in_rank, nctas, a.timeout_ns, status, rank,
+                            kPhaseAfterFc1);
   }
 
   // ---- phase 2: FC2 into the source ranks' combine slots -----------------------------------
@@ -835,7 +655,6 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0) + 32 * EPW, 1
     if (cur.tileg != b_tile) {
       b_tile = cur.tileg;
       b_sub = -1;
-      drain();  // EPW = 1: the previous tile's routes are no longer read
       Sync::sync();
       if (tid < live) {
         // Issued here, stored after the token tile (which does not need them): the route list
@@ -862,8 +681,7 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0) + 32 * EPW, 1
       Sync::sync();
     }
     if (fresh_routes) {
-      // Read by the epilogue's stores only, after stream_unit's barrier (EPW = 1: after the
-      // hand-over).
+      // Read by the epilogue's stores only, after stream_unit's barrier.
       s.route_src[tid] = route_src;
       s.route_tok[tid] = route_tok;
       s.route_k[tid] = route_k;
@@ -871,9 +689,7 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0) + 32 * EPW, 1
     }
     const float factor = __fmul_rn(__ldg(a.fc2_scale[rank] + e), __ldg(a.alpha2[rank] + e));
     stream_unit(ns);
-    if constexpr (EPW == 1) {
-      hand_over(EpilogueTask{1, cur.col, cur.sub, sub_live, pool_row0, 0, 0, factor});
-    } else if constexpr (FP8C) {
+    if constexpr (FP8C) {
       // y of this column tile into its half of the 128-row FP8 block. The even tile's half waits
       // for the odd one, this CTA's next unit (whole pairs per CTA, and the columns of one
       // (tile, sub-tile) run in order); rewritten only after the next pair's barriers.
@@ -884,24 +700,49 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0) + 32 * EPW, 1
       }
       if (half != 0) {
         Sync::sync();  // both halves written
-        // One warp per token (fp8_store_token).
+        // One warp per token, lane l holds rows 4 l .. 4 l + 3 of the block: finite amax, f32
+        // scale amax / 448, e4m3 codes of y / scale (the oracle's 1x128 recipe), 4 bytes a lane
+        // and the scale into the source rank's slot (peer writes).
         for (int i = warp; i < sub_live; i += kWarps) {
-          fp8_store_token<H, TMAX, NS>(a, s, i, cur.sub * NS + i, cur.col);
+          const int r = cur.sub * NS + i;
+          // Read twice from shared memory rather than held: 16-token tiles are at the
+          // 128-register cap.
+          auto y_of = [&](int j) { return s.ypair[(lane * 4 + j) * NS + i]; };
+          float amax = 0.0f;
+#pragma unroll 1
+          for (int j = 0; j < 4; ++j) amax = exact::amax2(amax, exact::finite_abs(y_of(j)));
+#pragma unroll
+          for (int d = 16; d >= 1; d >>= 1) {
+            amax = exact::amax2(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, d));
+          }
+          const float scale = exact::fp8_f32_scale(amax);
+          u32 packed = 0;
+#pragma unroll 1
+          for (int j = 0; j < 4; ++j) {
+            packed |= exact::e4m3_code(__fdiv_rn(y_of(j), scale)) << (8 * j);
+          }
+          const u64 row = static_cast<u64>(s.route_k[r]) * TMAX + s.route_tok[r];
+          u8* base = a.base[s.route_src[r]];
+          const int blk = cur.col >> 1;
+          *reinterpret_cast<u32*>(base + a.off_combine + row * H + blk * 128 + lane * 4) = packed;
+          if (lane == 0) {
+            *reinterpret_cast<float*>(base + a.off_combine_sf + row * a.pitch_combine_sf +
+                                      blk * 4) = scale;
+          }
         }
       }
     } else {
-      fc2_store_bf16_rows<H, TMAX, NS, kWarps>(a, s, warp, cur.sub, sub_live, cur.col, factor, y);
+      fc2_store_bf16_rows<H, TMAX, NS, kWarps>(a, s, cur.sub, sub_live, cur.col, factor, y);
     }
     end_unit(nx, ns);
   }
-  close_phase();
 
   if constexpr (R == 1) {
     // One rank, one launch: the rank's CTAs are every writer of its combine slots.
-    rank_grid_barrier<PhaseSync, Scope::gpu>(grid_counter, cta_in_rank, nctas, a.timeout_ns, status,
-                                             rank, kPhaseAfterFc2);
+    rank_grid_barrier<Sync, Scope::gpu>(grid_counter, cta_in_rank, nctas, a.timeout_ns, status,
+                                        rank, kPhaseAfterFc2);
   } else {
-    cross_rank_barrier<PhaseSync>(
+    cross_rank_barrier<Sync>(
         [&](int p) { return reinterpret_cast<u32*>(a.base[p] + a.off_sync + a.sync_rank_barrier); },
         R, rank, grid_counter, cta_in_rank, nctas, a.timeout_ns, status);
   }
