@@ -272,10 +272,6 @@ __global__ void __launch_bounds__(kPreDispatchThreads<kHidden, kFormat>)
 
   // Inputs may come from the previous kernel, and the buffer may still be read by it.
   ptx::griddep_wait();
-  // The next kernel (the MoE layer) may launch its CTAs now: they set up and wait in their own
-  // griddep_wait for this grid's completion, so its launch hides behind this kernel instead of
-  // following it. After this kernel's own wait, so that a chain of launches stays in order.
-  ptx::griddep_launch_dependents();
 
   if (blockIdx.x == 0 && tid == 0) *p.out_num_tokens = p.num_tokens;
 
@@ -291,6 +287,7 @@ __global__ void __launch_bounds__(kPreDispatchThreads<kHidden, kFormat>)
 
   pre_dispatch_detail::pad_routes<kTopK, kMaxTokens>(
       p, static_cast<i64>(blockIdx.x) * kThreads + tid, static_cast<i64>(stride) * kThreads);
+  ptx::griddep_launch_dependents();
 }
 
 }  // namespace megamoe::device
