@@ -150,6 +150,9 @@ def main():
     ap.add_argument("--route-sets", default=None,
                     help="MEGAMOE_BENCH_ROUTES file of bench_nvfp4_mega_moe (see above)")
     args = ap.parse_args()
+    if args.routes is not None and args.route_sets is not None:
+        print(json.dumps({"error": "--routes and --route-sets name different routings; give one"}))
+        return 1
     bench_rows = None
     if args.route_sets is not None:
         try:

@@ -88,6 +88,14 @@ def test_route_sets_with_a_short_set_are_refused(tmp_path):
     assert "set 1: 17 ids and 18 weights for 3 tokens of top-6" in lines[0]["error"]
 
 
+def test_routes_and_route_sets_together_are_refused(tmp_path):
+    sets = route_sets_file(tmp_path, [("dsv4-flash", "uniform", 2, 6)])
+    single = routes_file(tmp_path, 2, 6)
+    rc, lines = run("--preset", "dsv4-flash", "--tokens", "2", "--routes", str(single),
+                    "--route-sets", str(sets))
+    assert rc == 1 and "give one" in lines[0]["error"]
+
+
 def test_route_sets_are_timed_per_bench_row(tmp_path):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
