@@ -254,6 +254,12 @@ int run_gpu_demo(const MoEConfig& config, std::int64_t tokens, std::uint64_t see
   } else {
     std::printf("| PyTorch baseline | %s |\n", base.c_str());
   }
+  // Back-to-back MoE calls start while the previous one combines (programmatic dependent
+  // launch); a pre-dispatch in between waits for the previous layer (bench/NOTES.md, run 133).
+  std::printf(
+      "\nThe MoE figure is a call among back-to-back MoE calls, each starting while the previous "
+      "one combines;\nthe layer figure is what a decode step pays per layer (its pre-dispatch "
+      "waits for the previous layer).\n");
   return correct && repeatable ? 0 : 1;
 }
 
