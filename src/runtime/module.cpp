@@ -82,6 +82,10 @@ void ensure_dynamic_smem(CUfunction function, std::size_t bytes) {
   current = bytes;
 }
 
+CUstream launch_stream(void* stream) {
+  return stream != nullptr ? static_cast<CUstream>(stream) : CU_STREAM_LEGACY;
+}
+
 bool use_pdl(CUstream stream) {
   static const bool enabled = [] {
     const char* env = std::getenv("MEGAMOE_PDL");

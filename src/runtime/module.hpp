@@ -39,6 +39,10 @@ struct LaunchConfig {
   bool pdl = false;
 };
 
+// The stream a public call's `stream` argument names: its own handle, or for nullptr the legacy
+// default stream by its explicit handle (CU_STREAM_LEGACY).
+CUstream launch_stream(void* stream);
+
 // Whether launches on `stream` use programmatic dependent launch: yes on real streams; the legacy
 // default stream (null or CU_STREAM_LEGACY) serializes with every blocking stream anyway and
 // gets a plain launch. MEGAMOE_PDL=0 turns PDL off everywhere (diagnostics).

@@ -200,7 +200,7 @@ void nvfp4_mega_moe(const SymmBuffer& buffer, std::span<const Nvfp4KernelWeights
   const runtime::Nvfp4LaunchShape shape = runtime::nvfp4_launch_shape(c, block_m);
   cfg.block = {static_cast<unsigned>(shape.threads), 1, 1};
   cfg.dynamic_smem = shape.smem;
-  cfg.stream = static_cast<CUstream>(stream);
+  cfg.stream = runtime::launch_stream(stream);
   // Launched while the previous kernel (the pre-dispatch) finishes; the kernels wait for it
   // (griddepcontrol.wait) before their first global access.
   cfg.pdl = runtime::use_pdl(cfg.stream);

@@ -48,11 +48,6 @@ constexpr unsigned kUnswizzleThreads = 256;
 // Grid-stride loops: more CTAs than this only add scheduling work.
 constexpr std::int64_t kMaxCtas = 1 << 16;
 
-CUstream stream_of(Stream stream) {
-  // The null handle names the legacy default stream; pass it by its explicit handle.
-  return stream != nullptr ? static_cast<CUstream>(stream) : CU_STREAM_LEGACY;
-}
-
 unsigned ctas_for(std::int64_t work, std::int64_t per_cta) {
   return static_cast<unsigned>(
       std::clamp<std::int64_t>((work + per_cta - 1) / per_cta, 1, kMaxCtas));
@@ -139,7 +134,7 @@ void transform_weights_for_mega_moe(const MoEConfig& config, const Nvfp4Checkpoi
   validate::validate_nvfp4_kernel_weights(config, out, nvfp4_kernel_weight_bytes(config), device,
                                           "out");
   cuda::driver();  // the context the tensors live in
-  const CUstream s = runtime::stream_of(stream);
+  const CUstream s = runtime::launch_stream(stream);
   const std::int64_t e = config.experts_per_rank();
   const std::int64_t h = config.shape.hidden, inter = config.shape.intermediate;
   runtime::launch_transform(in.w13, in.w13_sf, in.sf_layout, out.w13, out.w13_sf, e, 2 * inter, h,
@@ -180,7 +175,7 @@ void transform_ue4m3_sf_into_required_layout(const TensorView& in, ScaleLayout f
   }
   if (mats == 0) return;
   cuda::driver();  // the context the tensors live in
-  const CUstream s = runtime::stream_of(stream);
+  const CUstream s = runtime::launch_stream(stream);
   if (from == ScaleLayout::row_major) {
     runtime::copy_device(out, in, s);
     return;

@@ -232,8 +232,7 @@ void launch_pre_dispatch(const SymmBuffer& buffer, std::span<const PreDispatchIn
     LaunchConfig cfg;
     cfg.grid = {static_cast<unsigned>(ctas), 1, 1};
     cfg.block = {static_cast<unsigned>(threads), 1, 1};
-    // The null handle names the legacy default stream; pass it by its explicit handle.
-    cfg.stream = stream != nullptr ? static_cast<CUstream>(stream) : CU_STREAM_LEGACY;
+    cfg.stream = launch_stream(stream);
     cfg.pdl = use_pdl(cfg.stream);
     launch_kernel(function, cfg, p);
   }
