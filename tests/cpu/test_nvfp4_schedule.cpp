@@ -74,8 +74,8 @@ void walk(const std::vector<int>& count, int nctas, std::uint64_t seed,
         std::tie(s.lo[ph], s.hi[ph]) = balanced_range<EL, BM, NS>(
             count, ph == 0 ? CT1 : CT2, static_cast<int>(items[ph]), cta, nctas);
       } else {
-        s.lo[ph] = static_cast<int>(items[ph] * cta / nctas);
-        s.hi[ph] = static_cast<int>(items[ph] * (cta + 1) / nctas);
+        s.lo[ph] = equal_share_start(static_cast<int>(items[ph]), cta, nctas);
+        s.hi[ph] = equal_share_start(static_cast<int>(items[ph]), cta + 1, nctas);
       }
     }
     int last_phase = 0;
@@ -132,6 +132,25 @@ TEST(Nvfp4Schedule, PresetWidths) {
 }
 
 // The cost model: per token sub-tile a fixed part and one per live 8-token group.
+// The 32-bit path of the equal item ranges agrees with 64-bit arithmetic on both sides of its
+// overflow test, and ranges of consecutive CTAs meet exactly.
+TEST(Nvfp4Schedule, EqualShareStartMatchesWideArithmetic) {
+  std::mt19937_64 rng(20261130);
+  const int edge = static_cast<int>(0xFFFFFFFFull / 132);
+  const std::vector<int> fixed = {0, 1, 383, 384, 49152, edge - 1, edge, edge + 1, 0x7FFFFFFF};
+  std::vector<int> items = fixed;
+  for (int i = 0; i < 200; ++i) items.push_back(static_cast<int>(rng() % 0x7FFFFFFFull));
+  for (const int n : {1, 7, 132, 264}) {
+    for (const int it : items) {
+      for (int k = 0; k <= n; k += (k < 3 || k > n - 3) ? 1 : n / 5 + 1) {
+        ASSERT_EQ(equal_share_start(it, k, n), static_cast<int>(static_cast<long long>(it) * k / n))
+            << "items " << it << " k " << k << " n " << n;
+      }
+      ASSERT_EQ(equal_share_start(it, n, n), it);
+    }
+  }
+}
+
 TEST(Nvfp4Schedule, ItemCosts) {
   constexpr long long f = kSubTileCost;
   EXPECT_EQ(item_cost<32>(1), f + 1);

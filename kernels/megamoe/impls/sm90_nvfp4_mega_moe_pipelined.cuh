@@ -423,20 +423,19 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
   sched.tile_prefix = s.tile_prefix;
   sched.count = s.count;
   {
-    const long long items[2] = {static_cast<long long>(total_tiles) * CT,
-                                static_cast<long long>(total_tiles) * HT};
+    const int items[2] = {total_tiles * CT, total_tiles * HT};
 #pragma unroll
     for (int ph = 0; ph < 2; ++ph) {
-      long long lo = items[ph] * cta_in_rank / nctas;
-      long long hi = items[ph] * (cta_in_rank + 1) / nctas;
+      int lo = equal_share_start(items[ph], cta_in_rank, nctas);
+      int hi = equal_share_start(items[ph], cta_in_rank + 1, nctas);
       if (FP8C && ph == 1) {
         // FP8 combine blocks are 128 rows = two FC2 column tiles: every CTA owns whole pairs
         // (H / 64 is even, so the pair boundaries are even item indices).
-        lo &= ~1ll;
-        hi = cta_in_rank + 1 == nctas ? items[ph] : (hi & ~1ll);
+        lo &= ~1;
+        hi = cta_in_rank + 1 == nctas ? items[ph] : (hi & ~1);
       }
-      sched.lo[ph] = static_cast<int>(lo);
-      sched.hi[ph] = static_cast<int>(hi);
+      sched.lo[ph] = lo;
+      sched.hi[ph] = hi;
     }
   }
   if constexpr (kStaged) {
@@ -456,7 +455,7 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
         if (lane == 0) publish_unit(s.unit_q, s.unit_ready, seq, u);
         ++seq;
         if (u.tileg != prev_tile) {
-          e = schedule_expert_of_tile<EL>(s.tile_prefix, u.tileg);
+          e = schedule_expert_of_tile_warp<EL>(s.tile_prefix, u.tileg);
           prev_tile = u.tileg;
         }
         const int nb = u.phase == 0 ? H / 128 : I / 128;
@@ -622,8 +621,9 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
     // Loaded before the stream so that its latency hides behind it (not after the barriers).
     const float g2 = __ldg(a.fc2_scale[rank] + e);
     stream_unit(ns);
-    // Warp -> token (warps past NS idle), lane -> column (one 16-column block per half-warp).
-    for (int i = warp; i < NS; i += kWarps) {
+    // Warp -> live token (the bound is warp-uniform, so the shuffles inside stay whole; warps
+    // past the live tokens go on at once), lane -> column (one 16-column block per half-warp).
+    for (int i = warp; i < sub_live; i += kWarps) {
       nvfp4_moe::fc1_requantize_token<ACT>(a, s, mine, i, cur.sub * NS + i, sub_live, cur.col,
                                            pool_row0, g2, y);
     }

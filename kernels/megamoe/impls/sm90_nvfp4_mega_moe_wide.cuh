@@ -569,7 +569,7 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
     };
     for (Unit u = sched.first(0); u.phase < 2; u = sched.next(u)) {
       if (u.tileg != prev_tile) {
-        e = nvfp4_pipe::schedule_expert_of_tile<EL>(s.tile_prefix, u.tileg);
+        e = nvfp4_pipe::schedule_expert_of_tile_warp<EL>(s.tile_prefix, u.tileg);
         prev_tile = u.tileg;
       }
       const int live = nvfp4_pipe::tile_live<BM>(s.count, s.tile_prefix, e, u.tileg);

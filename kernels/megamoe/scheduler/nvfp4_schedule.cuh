@@ -31,6 +31,33 @@ MEGAMOE_SCHED_FN int schedule_expert_of_tile(const int* tile_prefix, int tileg) 
   return lo;
 }
 
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+// The same index found by a whole warp (every lane gets it): tile_prefix is non-decreasing from
+// tile_prefix[0] = 0, so the experts with tile_prefix[e] <= tileg are exactly [0, answer]; each
+// lane counts its share and one warp sum gives answer + 1. Independent shared loads and a
+// reduction instead of log2(EL) dependent loads: the producer's first weight request waits on
+// this search (bench/NOTES.md, run 108).
+template <int EL>
+__device__ __forceinline__ int schedule_expert_of_tile_warp(const int* tile_prefix, int tileg) {
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  int n = 0;
+#pragma unroll
+  for (int e = lane; e < EL; e += 32) n += tile_prefix[e] <= tileg ? 1 : 0;
+  return static_cast<int>(__reduce_add_sync(0xFFFFFFFFu, static_cast<unsigned>(n))) - 1;
+}
+#endif
+
+// First item of CTA k's share when `items` items are cut into n equal ranges: items * k / n,
+// in 32-bit arithmetic where the product fits (every launch but the very largest pools: ptxas
+// turns the 64-bit division into a call of ~0.1 us on the producer's path to its first request).
+MEGAMOE_SCHED_FN int equal_share_start(int items, int k, int n) {
+  if (static_cast<unsigned long long>(items) * static_cast<unsigned>(n) <= 0xFFFFFFFFull) {
+    return static_cast<int>(static_cast<unsigned>(items) * static_cast<unsigned>(k) /
+                            static_cast<unsigned>(n));
+  }
+  return static_cast<int>(static_cast<long long>(items) * k / n);
+}
+
 // Live routes (1..BM) of global tile `tileg`, a tile of expert e.
 template <int BM>
 MEGAMOE_SCHED_FN int tile_live(const int* count, const int* tile_prefix, int e, int tileg) {
