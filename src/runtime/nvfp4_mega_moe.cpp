@@ -138,6 +138,13 @@ void nvfp4_mega_moe(const SymmBuffer& buffer, std::span<const Nvfp4KernelWeights
                   std::numeric_limits<std::int32_t>::max()) {
     throw Unsupported("nvfp4_mega_moe: the wide kernel indexes pool rows x 16-k blocks in i32");
   }
+  // A published unit carries its column index in 10 bits (nvfp4_pipe::kUnitFieldBits): FC1 has
+  // intermediate / 32 columns, FC2 hidden / 64.
+  if (c.shape.intermediate / 32 >= 1024 || c.shape.hidden / 64 >= 1024) {
+    throw Unsupported(
+        "nvfp4_mega_moe: intermediate must be below 32768 and hidden below 65536 (got " +
+        std::to_string(c.shape.intermediate) + ", " + std::to_string(c.shape.hidden) + ")");
+  }
   const CUfunction function = kernel_for(c, block_m);
 
   const SymmBufferPlan& plan = buffer.plan;

@@ -233,23 +233,43 @@ struct UnitPosition {
   int seq;
 };
 
+// A unit as the producer publishes it: with its tile's expert and live routes, which the consumer
+// warps would otherwise search tile_prefix for (binary searches of dependent shared loads: ~2 % of
+// the wide kernel's stall samples at h6144 T = 512, run 77). The register ring (no producer)
+// leaves e = -1: its consumers search.
+struct PublishedUnit : Unit {
+  int e, live;
+  // Live routes of this unit's token sub-tile of NS (1..NS).
+  template <int NS>
+  MEGAMOE_DEVICE int sub_live() const {
+    return min(NS, live - sub * NS);
+  }
+};
+inline constexpr int kUnitFieldBits = 10;  // sub and col share a slot word with the phase
+
 // Producer's side, lane 0: the unit into slot seq % kUnitSlots, then the slot's arrival (a
 // release at CTA scope: the consumers' wait acquires the slot's contents).
-MEGAMOE_DEVICE void publish_unit(ptx::u32x4* slots, u64* ready, int seq, const Unit& u) {
+MEGAMOE_DEVICE void publish_unit(ptx::u32x4* slots, u64* ready, int seq, const Unit& u, int e,
+                                 int live) {
   const int q = seq % kUnitSlots;
-  slots[q] = ptx::u32x4{static_cast<u32>(u.tileg), static_cast<u32>(u.sub), static_cast<u32>(u.col),
-                        static_cast<u32>(u.phase)};
+  slots[q] = ptx::u32x4{static_cast<u32>(u.tileg), static_cast<u32>(e), static_cast<u32>(live),
+                        static_cast<u32>(u.sub) | static_cast<u32>(u.col) << kUnitFieldBits |
+                            static_cast<u32>(u.phase) << (2 * kUnitFieldBits)};
   ptx::mbarrier_arrive(ready + q);
 }
 
 // Every consumer thread: the next unit (waits for its slot's phase seq / kUnitSlots).
-MEGAMOE_DEVICE Unit take_unit(const ptx::u32x4* slots, u64* ready, UnitPosition& pos) {
+MEGAMOE_DEVICE PublishedUnit take_unit(const ptx::u32x4* slots, u64* ready, UnitPosition& pos) {
   const int q = pos.seq % kUnitSlots;
   ptx::mbarrier_wait_parity(ready + q, static_cast<u32>(pos.seq / kUnitSlots) & 1u);
   const ptx::u32x4 v = slots[q];
   ++pos.seq;
-  return Unit{static_cast<int>(v.x), static_cast<int>(v.y), static_cast<int>(v.z),
-              static_cast<int>(v.w)};
+  constexpr u32 kMask = (1u << kUnitFieldBits) - 1;
+  return PublishedUnit{{static_cast<int>(v.x), static_cast<int>(v.w & kMask),
+                        static_cast<int>((v.w >> kUnitFieldBits) & kMask),
+                        static_cast<int>(v.w >> (2 * kUnitFieldBits))},
+                       static_cast<int>(v.y),
+                       static_cast<int>(v.z)};
 }
 
 // Shared memory of one CTA (dynamic; src/runtime/register_nvfp4_mega_moe.cpp mirrors its size).
@@ -350,6 +370,10 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
   static_assert(STAGES < nvfp4_pipe::kUnitSlots, "more unit slots than stages (see kUnitSlots)");
   static_assert(FP8C == 0 || FP8C == 1, "fp8_combine is a flag");
   static_assert(SB == 1 || SB == 2 || SB == 4, "1, 2 or 4 blocks per consumer warp and stage");
+  static_assert(BM / NS < (1 << nvfp4_pipe::kUnitFieldBits) &&
+                    I / 32 < (1 << nvfp4_pipe::kUnitFieldBits) &&
+                    H / 64 < (1 << nvfp4_pipe::kUnitFieldBits),
+                "sub-tile and column indices fit their fields of a published unit");
   static_assert(STAGES == 0 || ((H / 128) % (KW * SB) == 0 && (I / 128) % (KW * SB) == 0),
                 "stages hold SB blocks per consumer warp: H / 128 and I / 128 multiples of KW SB");
   using namespace nvfp4_pipe;
@@ -452,12 +476,15 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
       bool first_tile_ready = false;
       const u64 policy = ptx::l2_evict_first_policy();
       auto emit = [&](const Unit& u) {
-        if (lane == 0) publish_unit(s.unit_q, s.unit_ready, seq, u);
-        ++seq;
         if (u.tileg != prev_tile) {
           e = schedule_expert_of_tile_warp<EL>(s.tile_prefix, u.tileg);
           prev_tile = u.tileg;
         }
+        if (lane == 0) {
+          publish_unit(s.unit_q, s.unit_ready, seq, u, e,
+                       tile_live<BM>(s.count, s.tile_prefix, e, u.tileg));
+        }
+        ++seq;
         const int nb = u.phase == 0 ? H / 128 : I / 128;
         const u64 mat = u.phase == 0 ? static_cast<u64>(e) * (2ull * I * H / 2)
                                      : static_cast<u64>(e) * (static_cast<u64>(H) * I / 2);
@@ -486,18 +513,19 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
         }
       };
       for (Unit u = sched.first(0); u.phase < 2; u = sched.next(u)) emit(u);
-      if (lane == 0) publish_unit(s.unit_q, s.unit_ready, seq, Unit{0, 0, 0, 2});
+      if (lane == 0) publish_unit(s.unit_q, s.unit_ready, seq, Unit{0, 0, 0, 2}, 0, 0);
       if (!first_tile_ready) FirstTileReady::wait();
       return;
     }
   }
 
   // The warp's weight stream of a unit; `prev` is the stream of the unit before it.
-  auto stream_of = [&](const Unit& u, const Stream& prev) {
+  auto stream_of = [&](const PublishedUnit& u, const Stream& prev) {
     Stream st{nullptr, nullptr, 0, RING, -1, 0};
     if (u.phase >= 2) return st;
-    const int e =
-        u.tileg == prev.tileg ? prev.expert : schedule_expert_of_tile<EL>(s.tile_prefix, u.tileg);
+    const int e = u.e >= 0                ? u.e
+                  : u.tileg == prev.tileg ? prev.expert
+                                          : schedule_expert_of_tile<EL>(s.tile_prefix, u.tileg);
     st.tileg = u.tileg;
     st.expert = e;
     const int nb = u.phase == 0 ? H / 128 : I / 128;
@@ -518,7 +546,8 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
   UnitPosition upos{0};      // STAGES > 0
   // The units: with stages, as the producer publishes them; else the static schedule.
   auto next_unit = [&] { return take_unit(s.unit_q, s.unit_ready, upos); };
-  Unit cur = kStaged ? next_unit() : sched.first(0);
+  // The register ring walks the schedule itself (e = -1: stream_of searches the expert).
+  PublishedUnit cur = kStaged ? next_unit() : PublishedUnit{sched.first(0), -1, 0};
   Stream cs = stream_of(cur, Stream{nullptr, nullptr, 0, RING, -1, 0});
   if constexpr (!kStaged) prime<RING, KW>(ring, cs, kh, lane);
   // One unit's MMAs over the token sub-tile (`ns`: the next unit's stream, which the register
@@ -547,7 +576,7 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
   // thread has left this epilogue before it passes the next unit's barrier, so the unit after
   // that may overwrite this buffer); with one, a barrier keeps this epilogue's reads first. Then
   // on to the next unit: the producer's next (stages) or the schedule's `nx` (register ring).
-  auto end_unit = [&](const Unit& nx, const Stream& ns) {
+  auto end_unit = [&](const PublishedUnit& nx, const Stream& ns) {
     if constexpr (RB == 2) {
       red_buf ^= 1;
     } else {
@@ -570,7 +599,7 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
   while (cur.phase == 0) {
     // The register ring needs the next unit's stream now (it starts loading it during this
     // one); with stages the producer may not have published it yet.
-    const Unit nx = kStaged ? cur : sched.next(cur);
+    const PublishedUnit nx = kStaged ? cur : PublishedUnit{sched.next(cur), -1, 0};
     const Stream ns = kStaged ? cs : stream_of(nx, cs);
     const int e = cs.expert;
     const int tile = cur.tileg - s.tile_prefix[e];
@@ -646,7 +675,7 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
   b_sub = -1;
   int route_src = 0, route_tok = 0, route_k = 0;  // this thread's route (tid < live) of a new tile
   while (cur.phase == 1) {
-    const Unit nx = kStaged ? cur : sched.next(cur);
+    const PublishedUnit nx = kStaged ? cur : PublishedUnit{sched.next(cur), -1, 0};
     const Stream ns = kStaged ? cs : stream_of(nx, cs);
     const int e = cs.expert;
     const int tile = cur.tileg - s.tile_prefix[e];

@@ -23,46 +23,10 @@
 namespace megamoe::device {
 namespace nvfp4_wide {
 
+using nvfp4_pipe::PublishedUnit;
 using nvfp4_pipe::StagePosition;
 using nvfp4_pipe::Unit;
 using nvfp4_pipe::UnitPosition;
-
-// A unit as the producer publishes it: with its tile's expert and live routes, which each consumer
-// warp would otherwise search tile_prefix for several times a unit (binary searches of dependent
-// shared loads: ~2 % of the stall samples at h6144 T = 512, run 77).
-struct WideUnit {
-  int tileg, sub, col, phase, e, live;
-  // Live routes of this unit's token sub-tile of NS (1..NS).
-  template <int NS>
-  MEGAMOE_DEVICE int sub_live() const {
-    return min(NS, live - sub * NS);
-  }
-};
-inline constexpr int kUnitFieldBits = 10;  // sub and col share a slot word with the phase
-
-MEGAMOE_DEVICE void publish_wide_unit(ptx::u32x4* slots, u64* ready, int seq, const Unit& u, int e,
-                                      int live) {
-  const int q = seq % nvfp4_pipe::kUnitSlots;
-  slots[q] = ptx::u32x4{static_cast<u32>(u.tileg), static_cast<u32>(e), static_cast<u32>(live),
-                        static_cast<u32>(u.sub) | static_cast<u32>(u.col) << kUnitFieldBits |
-                            static_cast<u32>(u.phase) << (2 * kUnitFieldBits)};
-  ptx::mbarrier_arrive(ready + q);
-}
-
-// Every consumer thread: the next unit (waits for its slot's phase seq / kUnitSlots).
-MEGAMOE_DEVICE WideUnit take_wide_unit(const ptx::u32x4* slots, u64* ready, UnitPosition& pos) {
-  const int q = pos.seq % nvfp4_pipe::kUnitSlots;
-  ptx::mbarrier_wait_parity(ready + q, static_cast<u32>(pos.seq / nvfp4_pipe::kUnitSlots) & 1u);
-  const ptx::u32x4 v = slots[q];
-  ++pos.seq;
-  constexpr u32 kMask = (1u << kUnitFieldBits) - 1;
-  return WideUnit{static_cast<int>(v.x),
-                  static_cast<int>(v.w & kMask),
-                  static_cast<int>((v.w >> kUnitFieldBits) & kMask),
-                  static_cast<int>(v.w >> (2 * kUnitFieldBits)),
-                  static_cast<int>(v.y),
-                  static_cast<int>(v.z)};
-}
 
 // A compile-time int as a value (selects the MMA width of a unit).
 template <int N>
@@ -342,7 +306,7 @@ MEGAMOE_DEVICE void pair_sync(int warp) {
 // accumulators of the group, o0 / o1 = the partner's values of rows g and g + 8 for token i.
 template <int ACT, int NS, int BM, class S>
 MEGAMOE_DEVICE void fc1_finish_pair_group(const Nvfp4MoeArgs& a, const S& s, u8* mine,
-                                          const WideUnit& u, float g2, int nt,
+                                          const PublishedUnit& u, float g2, int nt,
                                           const float (&acc)[4], float o0, float o1) {
   const int tid = ptx::tid_x();
   const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
@@ -398,7 +362,8 @@ MEGAMOE_DEVICE void fc1_finish_pair_group(const Nvfp4MoeArgs& a, const S& s, u8*
 // has read them).
 template <int ACT, int NS, int BM, int GROUP, int ROUND, bool kReuse, class S, int NTL>
 MEGAMOE_DEVICE void fc1_store_by_pairs(const Nvfp4MoeArgs& a, const S& s, u8* mine, float* x,
-                                       const WideUnit& u, float g2, const float (&acc)[NTL][4]) {
+                                       const PublishedUnit& u, float g2,
+                                       const float (&acc)[NTL][4]) {
   static_assert(2 * ROUND * 32 <= GROUP, "a round of the warp's half fits its region");
   const int tid = ptx::tid_x();
   const int warp = tid >> 5, lane = tid & 31;
@@ -471,9 +436,9 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
   static_assert(STAGES >= 2 && STAGES < nvfp4_pipe::kUnitSlots, "2..15 stages (see kUnitSlots)");
   static_assert(RB >= 0 && RB <= 2, "FC1 exchange: one two-group region (0), one or two buffers");
   static_assert(FP8C == 0 || FP8C == 1, "fp8_combine is a flag");
-  static_assert(BM / NS < (1 << nvfp4_wide::kUnitFieldBits) &&
-                    I / 128 < (1 << nvfp4_wide::kUnitFieldBits) &&
-                    H / 256 < (1 << nvfp4_wide::kUnitFieldBits),
+  static_assert(BM / NS < (1 << nvfp4_pipe::kUnitFieldBits) &&
+                    I / 128 < (1 << nvfp4_pipe::kUnitFieldBits) &&
+                    H / 256 < (1 << nvfp4_pipe::kUnitFieldBits),
                 "sub-tile and column indices fit their fields of a published unit");
   using namespace nvfp4_wide;
   constexpr int kWarps = kRowGroups;  // consumer warps
@@ -573,7 +538,7 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
         prev_tile = u.tileg;
       }
       const int live = nvfp4_pipe::tile_live<BM>(s.count, s.tile_prefix, e, u.tileg);
-      if (lane == 0) publish_wide_unit(s.unit_q, s.unit_ready, seq, u, e, live);
+      if (lane == 0) nvfp4_pipe::publish_unit(s.unit_q, s.unit_ready, seq, u, e, live);
       ++seq;
       tokens_ready(u.phase);
       const int rows = (min(NS, live - u.sub * NS) + 7) & ~7;
@@ -612,7 +577,7 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
         }
       }
     }
-    if (lane == 0) publish_wide_unit(s.unit_q, s.unit_ready, seq, Unit{0, 0, 0, 2}, 0, 0);
+    if (lane == 0) nvfp4_pipe::publish_unit(s.unit_q, s.unit_ready, seq, Unit{0, 0, 0, 2}, 0, 0);
     tokens_ready(1);  // exactly the consumers' two arrivals
     return;
   }
@@ -685,7 +650,7 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
   // only after both have read this one). One buffer, or (RB = 0) one region of two 8-token groups
   // per warp, kPairRoundFloats: the pair meets before each write (the partner has read the
   // previous values).
-  auto fc1_finish = [&](const WideUnit& u) {
+  auto fc1_finish = [&](const PublishedUnit& u) {
     return [&, u](const auto& acc) {
       constexpr int kGroup = RB == 0 ? kPairRoundFloats : 16 * NS;
       constexpr int kRound = RB == 0 ? kPairRoundGroups : NT;
@@ -697,7 +662,7 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
   };
 
   // ---- phase 1: FC1 + activation + re-quantization ----------------------------------------
-  WideUnit cur = take_wide_unit(s.unit_q, s.unit_ready, upos);
+  PublishedUnit cur = nvfp4_pipe::take_unit(s.unit_q, s.unit_ready, upos);
   int b_tile = -1;
   while (cur.phase == 0) {
     if (cur.tileg != b_tile) {
@@ -718,7 +683,7 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
       Sync::sync();  // the tile's routes are in place before any pair's epilogue reads them
     }
     stream_unit(0, cur.sub_live<NS>(), fc1_finish(cur));
-    cur = take_wide_unit(s.unit_q, s.unit_ready, upos);
+    cur = nvfp4_pipe::take_unit(s.unit_q, s.unit_ready, upos);
   }
 
   grid_barrier(kPhaseAfterFc1);
@@ -766,7 +731,7 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
                                               acc);
       }
     });
-    cur = take_wide_unit(s.unit_q, s.unit_ready, upos);
+    cur = nvfp4_pipe::take_unit(s.unit_q, s.unit_ready, upos);
   }
 
   if constexpr (R == 1) {
