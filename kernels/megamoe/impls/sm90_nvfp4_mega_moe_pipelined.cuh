@@ -591,39 +591,12 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
     }
   };
 
-  // ---- phases 1 and 2: FC1 + activation + re-quantization, then FC2 into the source ranks'
-  // combine slots -------------------------------------------------------------------------
-  // One loop over both phases' units, so that the consume loop (~8 KB of code) exists once: with
-  // a copy per phase, FC2's first units ran cold in the instruction cache (ncu, run 141:
-  // "no instruction" 39 % of FC2's consume-loop samples at dsv4-flash T = 1, where FC2 is three
-  // units a CTA).
-  int phase = 0;
+  // ---- phase 1: FC1 + activation + re-quantization ----------------------------------------
   int b_tile = -1, b_sub = -1;
   bool first_tile_ready = false;             // FirstTileReady signalled
-  float route_w = 0.0f, route_alpha = 0.0f;  // FC1: this thread's route (tid < live) of a new tile
-  int route_src = 0, route_tok = 0, route_k = 0;  // FC2: the same from the route list
+  float route_w = 0.0f, route_alpha = 0.0f;  // this thread's route (tid < live) of a new tile
   bool fresh_routes = false;
-  for (;;) {
-    if (cur.phase != phase) {
-      if (phase == 1) break;  // past the last FC2 unit
-      // FC1 -> FC2, once in every CTA (with or without units of either phase).
-      if (kStaged && !first_tile_ready) {
-        FirstTileReady::arrive();
-        first_tile_ready = true;
-      }
-      // The ring already holds the first FC2 blocks: they stream while the barrier waits.
-      if constexpr (R == 1) {
-        rank_grid_barrier<Sync, Scope::gpu>(grid_counter, cta_in_rank, nctas, a.timeout_ns, status,
-                                            rank, kPhaseAfterFc1);
-      } else {
-        rank_grid_barrier<Sync>(grid_counter, cta_in_rank, nctas, a.timeout_ns, status, rank,
-                                kPhaseAfterFc1);
-      }
-      phase = 1;
-      b_tile = -1;
-      b_sub = -1;
-      continue;
-    }
+  while (cur.phase == 0) {
     // The register ring needs the next unit's stream now (it starts loading it during this
     // one); with stages the producer may not have published it yet.
     const PublishedUnit nx = kStaged ? cur : PublishedUnit{sched.next(cur), -1, 0};
@@ -636,21 +609,85 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
       b_tile = cur.tileg;
       b_sub = -1;
       Sync::sync();  // the previous tile's routes are no longer read
-      if (phase == 0) {
-        if (warp == 0) nvfp4_moe::gather_tile_routes<K, R, BM>(a, s, first_expert + e, tile);
-        Sync::sync();
-        if (tid < live) {
-          // Issued here, stored after the token tile: the two loads' latencies overlap.
-          const int sr = s.route_src[tid], tok = s.route_tok[tid], k = s.route_k[tid];
-          const u8* sb = a.base[sr];
-          route_w = __ldg(reinterpret_cast<const float*>(sb + a.off_topk_w + tok * topk_pitch) + k);
-          route_alpha = __fmul_rn(__ldg(reinterpret_cast<const float*>(sb + a.off_x_global) + tok),
-                                  __ldg(a.alpha1[rank] + e));
-          fresh_routes = true;
-        }
-      } else if (tid < live) {
-        // FC2: the route list FC1 wrote (tile-major pool rows). Issued here, stored after the
-        // token tile (which does not need them): the route list and token tile loads overlap.
+      if (warp == 0) nvfp4_moe::gather_tile_routes<K, R, BM>(a, s, first_expert + e, tile);
+      Sync::sync();
+      if (tid < live) {
+        // Issued here, stored after the token tile: the two loads' latencies overlap.
+        const int sr = s.route_src[tid], tok = s.route_tok[tid], k = s.route_k[tid];
+        const u8* sb = a.base[sr];
+        route_w = __ldg(reinterpret_cast<const float*>(sb + a.off_topk_w + tok * topk_pitch) + k);
+        route_alpha = __fmul_rn(__ldg(reinterpret_cast<const float*>(sb + a.off_x_global) + tok),
+                                __ldg(a.alpha1[rank] + e));
+        fresh_routes = true;
+      }
+    }
+    const int sub_live = min(NS, live - cur.sub * NS);
+    if (cur.sub != b_sub) {
+      b_sub = cur.sub;
+      Sync::sync();  // s.b is no longer read
+      const int sub = cur.sub;
+      load_token_tile_paired<H, KMAX, NS, kThreads, false>(
+          s.b, sub_live, [&](int i) { return nvfp4_moe::fc1_token_row(a, s, sub * NS + i); },
+          [&](int i) { return nvfp4_moe::fc1_token_sf_row(a, s, sub * NS + i); });
+      Sync::sync();
+      if (kStaged && !first_tile_ready) {
+        FirstTileReady::arrive();
+        first_tile_ready = true;
+      }
+    }
+    if (fresh_routes) {
+      // Read by the epilogue only, after stream_unit's barrier.
+      s.route_w[tid] = route_w;
+      s.route_alpha[tid] = route_alpha;
+      fresh_routes = false;
+    }
+    if (cur.col == 0 && cur.sub == 0 && tid < live) {
+      int* rl = reinterpret_cast<int*>(mine + a.off_route) + (pool_row0 + tid) * 3;
+      rl[0] = s.route_src[tid];
+      rl[1] = s.route_tok[tid];
+      rl[2] = s.route_k[tid];
+    }
+    // Loaded before the stream so that its latency hides behind it (not after the barriers).
+    const float g2 = __ldg(a.fc2_scale[rank] + e);
+    stream_unit(ns);
+    // Warp -> live token (the bound is warp-uniform, so the shuffles inside stay whole; warps
+    // past the live tokens go on at once), lane -> column (one 16-column block per half-warp).
+    for (int i = warp; i < sub_live; i += kWarps) {
+      nvfp4_moe::fc1_requantize_token<ACT>(a, s, mine, i, cur.sub * NS + i, sub_live, cur.col,
+                                           pool_row0, g2, y);
+    }
+    end_unit(nx, ns);
+  }
+
+  if (kStaged && !first_tile_ready) FirstTileReady::arrive();
+
+  // The ring already holds the first FC2 blocks: they stream while the barrier waits.
+  if constexpr (R == 1) {
+    rank_grid_barrier<Sync, Scope::gpu>(grid_counter, cta_in_rank, nctas, a.timeout_ns, status,
+                                        rank, kPhaseAfterFc1);
+  } else {
+    rank_grid_barrier<Sync>(grid_counter, cta_in_rank, nctas, a.timeout_ns, status, rank,
+                            kPhaseAfterFc1);
+  }
+
+  // ---- phase 2: FC2 into the source ranks' combine slots -----------------------------------
+  b_tile = -1;
+  b_sub = -1;
+  int route_src = 0, route_tok = 0, route_k = 0;  // this thread's route (tid < live) of a new tile
+  while (cur.phase == 1) {
+    const PublishedUnit nx = kStaged ? cur : PublishedUnit{sched.next(cur), -1, 0};
+    const Stream ns = kStaged ? cs : stream_of(nx, cs);
+    const int e = cs.expert;
+    const int tile = cur.tileg - s.tile_prefix[e];
+    const int live = min(BM, s.count[e] - tile * BM);
+    const int pool_row0 = (s.tile_prefix[e] + tile) * BM;
+    if (cur.tileg != b_tile) {
+      b_tile = cur.tileg;
+      b_sub = -1;
+      Sync::sync();
+      if (tid < live) {
+        // Issued here, stored after the token tile (which does not need them): the route list
+        // and token tile loads overlap.
         const volatile int* rl =
             reinterpret_cast<const volatile int*>(mine + a.off_route) + (pool_row0 + tid) * 3;
         route_src = rl[0];
@@ -662,106 +699,69 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
     const int sub_live = min(NS, live - cur.sub * NS);
     if (cur.sub != b_sub) {
       b_sub = cur.sub;
-      Sync::sync();  // s.b is no longer read
-      const int sub = cur.sub;
-      if (phase == 0) {
-        load_token_tile_paired<H, KMAX, NS, kThreads, false>(
-            s.b, sub_live, [&](int i) { return nvfp4_moe::fc1_token_row(a, s, sub * NS + i); },
-            [&](int i) { return nvfp4_moe::fc1_token_sf_row(a, s, sub * NS + i); });
-      } else {
-        const int row0 = pool_row0 + sub * NS;
-        load_token_tile_paired<I, KMAX, NS, kThreads, true>(
-            s.b, sub_live,
-            [&](int i) {
-              return mine + a.off_fc2_pool + static_cast<u64>(row0 + i) * a.pitch_fc2_pool;
-            },
-            [&](int i) {
-              return mine + a.off_fc2_sf + static_cast<u64>(row0 + i) * a.pitch_fc2_sf;
-            });
-      }
       Sync::sync();
-      if (kStaged && !first_tile_ready) {
-        FirstTileReady::arrive();
-        first_tile_ready = true;
-      }
+      const int row0 = pool_row0 + cur.sub * NS;
+      load_token_tile_paired<I, KMAX, NS, kThreads, true>(
+          s.b, sub_live,
+          [&](int i) {
+            return mine + a.off_fc2_pool + static_cast<u64>(row0 + i) * a.pitch_fc2_pool;
+          },
+          [&](int i) { return mine + a.off_fc2_sf + static_cast<u64>(row0 + i) * a.pitch_fc2_sf; });
+      Sync::sync();
     }
     if (fresh_routes) {
-      // Read by the epilogue only, after stream_unit's barrier.
-      if (phase == 0) {
-        s.route_w[tid] = route_w;
-        s.route_alpha[tid] = route_alpha;
-      } else {
-        s.route_src[tid] = route_src;
-        s.route_tok[tid] = route_tok;
-        s.route_k[tid] = route_k;
-      }
+      // Read by the epilogue's stores only, after stream_unit's barrier.
+      s.route_src[tid] = route_src;
+      s.route_tok[tid] = route_tok;
+      s.route_k[tid] = route_k;
       fresh_routes = false;
     }
-    if (phase == 0 && cur.col == 0 && cur.sub == 0 && tid < live) {
-      int* rl = reinterpret_cast<int*>(mine + a.off_route) + (pool_row0 + tid) * 3;
-      rl[0] = s.route_src[tid];
-      rl[1] = s.route_tok[tid];
-      rl[2] = s.route_k[tid];
-    }
-    // Loaded before the stream so that their latency hides behind it (not after the barriers):
-    // FC1's re-quantization scale g2, FC2's output factor g2 x alpha2.
-    const float g2 = __ldg(a.fc2_scale[rank] + e);
-    const float alpha2 = phase == 0 ? 1.0f : __ldg(a.alpha2[rank] + e);
+    const float factor = __fmul_rn(__ldg(a.fc2_scale[rank] + e), __ldg(a.alpha2[rank] + e));
     stream_unit(ns);
-    if (phase == 0) {
-      // Warp -> live token (the bound is warp-uniform, so the shuffles inside stay whole; warps
-      // past the live tokens go on at once), lane -> column (one 16-column block per half-warp).
-      for (int i = warp; i < sub_live; i += kWarps) {
-        nvfp4_moe::fc1_requantize_token<ACT>(a, s, mine, i, cur.sub * NS + i, sub_live, cur.col,
-                                             pool_row0, g2, y);
+    if constexpr (FP8C) {
+      // y of this column tile into its half of the 128-row FP8 block. The even tile's half waits
+      // for the odd one, this CTA's next unit (whole pairs per CTA, and the columns of one
+      // (tile, sub-tile) run in order); rewritten only after the next pair's barriers.
+      const int half = (cur.col & 1) * 64;
+      for (int u = tid; u < 64 * sub_live; u += kThreads) {
+        const int i = u / 64, row = u - i * 64;
+        s.ypair[(half + row) * NS + i] = __fmul_rn(y(row, i) * nvfp4::kWeightUnscale, factor);
       }
-    } else {
-      const float factor = __fmul_rn(g2, alpha2);
-      if constexpr (FP8C) {
-        // y of this column tile into its half of the 128-row FP8 block. The even tile's half waits
-        // for the odd one, this CTA's next unit (whole pairs per CTA, and the columns of one
-        // (tile, sub-tile) run in order); rewritten only after the next pair's barriers.
-        const int half = (cur.col & 1) * 64;
-        for (int u = tid; u < 64 * sub_live; u += kThreads) {
-          const int i = u / 64, row = u - i * 64;
-          s.ypair[(half + row) * NS + i] = __fmul_rn(y(row, i) * nvfp4::kWeightUnscale, factor);
-        }
-        if (half != 0) {
-          Sync::sync();  // both halves written
-          // One warp per token, lane l holds rows 4 l .. 4 l + 3 of the block: finite amax, f32
-          // scale amax / 448, e4m3 codes of y / scale (the oracle's 1x128 recipe), 4 bytes a lane
-          // and the scale into the source rank's slot (peer writes).
-          for (int i = warp; i < sub_live; i += kWarps) {
-            const int r = cur.sub * NS + i;
-            // Read twice from shared memory rather than held: 16-token tiles are at the
-            // 128-register cap.
-            auto y_of = [&](int j) { return s.ypair[(lane * 4 + j) * NS + i]; };
-            float amax = 0.0f;
+      if (half != 0) {
+        Sync::sync();  // both halves written
+        // One warp per token, lane l holds rows 4 l .. 4 l + 3 of the block: finite amax, f32
+        // scale amax / 448, e4m3 codes of y / scale (the oracle's 1x128 recipe), 4 bytes a lane
+        // and the scale into the source rank's slot (peer writes).
+        for (int i = warp; i < sub_live; i += kWarps) {
+          const int r = cur.sub * NS + i;
+          // Read twice from shared memory rather than held: 16-token tiles are at the
+          // 128-register cap.
+          auto y_of = [&](int j) { return s.ypair[(lane * 4 + j) * NS + i]; };
+          float amax = 0.0f;
 #pragma unroll 1
-            for (int j = 0; j < 4; ++j) amax = exact::amax2(amax, exact::finite_abs(y_of(j)));
+          for (int j = 0; j < 4; ++j) amax = exact::amax2(amax, exact::finite_abs(y_of(j)));
 #pragma unroll
-            for (int d = 16; d >= 1; d >>= 1) {
-              amax = exact::amax2(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, d));
-            }
-            const float scale = exact::fp8_f32_scale(amax);
-            u32 packed = 0;
+          for (int d = 16; d >= 1; d >>= 1) {
+            amax = exact::amax2(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, d));
+          }
+          const float scale = exact::fp8_f32_scale(amax);
+          u32 packed = 0;
 #pragma unroll 1
-            for (int j = 0; j < 4; ++j) {
-              packed |= exact::e4m3_code(__fdiv_rn(y_of(j), scale)) << (8 * j);
-            }
-            const u64 row = static_cast<u64>(s.route_k[r]) * TMAX + s.route_tok[r];
-            u8* base = a.base[s.route_src[r]];
-            const int blk = cur.col >> 1;
-            *reinterpret_cast<u32*>(base + a.off_combine + row * H + blk * 128 + lane * 4) = packed;
-            if (lane == 0) {
-              *reinterpret_cast<float*>(base + a.off_combine_sf + row * a.pitch_combine_sf +
-                                        blk * 4) = scale;
-            }
+          for (int j = 0; j < 4; ++j) {
+            packed |= exact::e4m3_code(__fdiv_rn(y_of(j), scale)) << (8 * j);
+          }
+          const u64 row = static_cast<u64>(s.route_k[r]) * TMAX + s.route_tok[r];
+          u8* base = a.base[s.route_src[r]];
+          const int blk = cur.col >> 1;
+          *reinterpret_cast<u32*>(base + a.off_combine + row * H + blk * 128 + lane * 4) = packed;
+          if (lane == 0) {
+            *reinterpret_cast<float*>(base + a.off_combine_sf + row * a.pitch_combine_sf +
+                                      blk * 4) = scale;
           }
         }
-      } else {
-        fc2_store_bf16_rows<H, TMAX, NS, kWarps>(a, s, cur.sub, sub_live, cur.col, factor, y);
       }
+    } else {
+      fc2_store_bf16_rows<H, TMAX, NS, kWarps>(a, s, cur.sub, sub_live, cur.col, factor, y);
     }
     end_unit(nx, ns);
   }
