@@ -197,10 +197,7 @@ MEGAMOE_DEVICE void consume_staged(const u8* ring, u64* full, u64* empty, StageP
   for (int j = 0; j < nbw; j += SB) {
     ptx::mbarrier_wait_parity(full + pos.stage, pos.parity);
     const u8* st = ring + pos.stage * kStageBytes<KW, SB>;
-    // Not unrolled: one block's body (~2 KB of code) instead of SB of them, so that each phase's
-    // copy of the loop is cheap to fetch cold (FC2's units at T = 1 ran an unrolled copy from a
-    // cold instruction cache: "no instruction" 39 % of its samples, ncu run 141).
-#pragma unroll 1
+#pragma unroll
     for (int d = 0; d < SB; ++d, bl += KW * 128) {
       const ptx::u32x4 q0 = *reinterpret_cast<const ptx::u32x4*>(st + q_off + d * KW * 1024);
       const ptx::u32x4 q1 = *reinterpret_cast<const ptx::u32x4*>(st + q_off + d * KW * 1024 + 512);
