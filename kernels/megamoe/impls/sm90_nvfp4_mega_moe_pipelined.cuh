@@ -186,27 +186,9 @@ struct StagePosition {
 // Staged: acc[nt] += the unit's weights x the token tile, one stage per SB blocks of this warp
 // (nbw, a multiple of SB). Barrier full[stage]: the producer's expect_tx arrival + the stage's
 // bytes complete a phase; empty[stage]: every consumer thread arrives once it has read the stage.
-// Called, not inlined: FC1 and FC2 run the same ~8 KB of loop code, so that FC2's first units do
-// not fetch a cold copy of their own (ncu, run 141: "no instruction" 39 % of FC2's loop samples at
-// dsv4-flash T = 1). The results come back by value: a reference to the accumulators would put
-// them in local memory.
-template <int NT>
-struct ConsumeOut {
-  float acc[NT][4];
-  StagePosition pos;
-};
 template <int KMAX, int NT, int KW, int STAGES, int SB>
-__device__ __noinline__ ConsumeOut<NT> consume_staged_call(const u8* ring, u64* full, u64* empty,
-                                                           StagePosition pos0, int nbw,
-                                                           const u16* b) {
-  ConsumeOut<NT> o;
-  o.pos = pos0;
-  StagePosition& pos = o.pos;
-  float(&acc)[NT][4] = o.acc;
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-    for (int c = 0; c < 4; ++c) acc[nt][c] = 0.0f;
+MEGAMOE_DEVICE void consume_staged(const u8* ring, u64* full, u64* empty, StagePosition& pos,
+                                   int nbw, const u16* b, float (&acc)[NT][4]) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int rg = warp & 3, kh = warp >> 2;
   const int q_off = rg * SB * KW * 1152 + kh * 1024 + lane * 16;
@@ -232,7 +214,6 @@ __device__ __noinline__ ConsumeOut<NT> consume_staged_call(const u8* ring, u64* 
       pos.parity ^= 1u;
     }
   }
-  return o;
 }
 
 // Floats of one unit's split-K partial sums: every K slice's 64 x NS result tile,
@@ -580,13 +561,7 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
 #pragma unroll
       for (int c = 0; c < 4; ++c) acc[nt][c] = 0.0f;
     if constexpr (kStaged) {
-      const ConsumeOut<NT> o =
-          consume_staged_call<KMAX, NT, KW, STAGES, SB>(s.ring, s.full, s.empty, pos, cs.nbw, s.b);
-      pos = o.pos;
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) acc[nt][c] = o.acc[nt][c];
+      consume_staged<KMAX, NT, KW, STAGES, SB>(s.ring, s.full, s.empty, pos, cs.nbw, s.b, acc);
     } else {
       consume<KMAX, NT, RING, KW>(ring, cs, ns, s.b, acc);
     }
