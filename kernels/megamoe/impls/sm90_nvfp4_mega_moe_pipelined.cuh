@@ -176,12 +176,6 @@ MEGAMOE_DEVICE void consume(Ring<RING>& ring, const Stream& cur, const Stream& n
 template <int KW, int SB>
 inline constexpr int kStageBytes = KW * 1152 * 4 * SB;
 
-// A compile-time int as a value.
-template <int N>
-struct IntTag {
-  static constexpr int value = N;
-};
-
 // Where the consumer warps are in the stage ring: the next stage they read and the parity of its
 // "full" phase they wait for.
 struct StagePosition {
@@ -192,7 +186,7 @@ struct StagePosition {
 // Staged: acc[nt] += the unit's weights x the token tile, one stage per SB blocks of this warp
 // (nbw, a multiple of SB). Barrier full[stage]: the producer's expect_tx arrival + the stage's
 // bytes complete a phase; empty[stage]: every consumer thread arrives once it has read the stage.
-template <int KMAX, int NT, int KW, int STAGES, int SB, int UNROLL = SB>
+template <int KMAX, int NT, int KW, int STAGES, int SB>
 MEGAMOE_DEVICE void consume_staged(const u8* ring, u64* full, u64* empty, StagePosition& pos,
                                    int nbw, const u16* b, float (&acc)[NT][4]) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -203,7 +197,7 @@ MEGAMOE_DEVICE void consume_staged(const u8* ring, u64* full, u64* empty, StageP
   for (int j = 0; j < nbw; j += SB) {
     ptx::mbarrier_wait_parity(full + pos.stage, pos.parity);
     const u8* st = ring + pos.stage * kStageBytes<KW, SB>;
-#pragma unroll UNROLL
+#pragma unroll
     for (int d = 0; d < SB; ++d, bl += KW * 128) {
       const ptx::u32x4 q0 = *reinterpret_cast<const ptx::u32x4*>(st + q_off + d * KW * 1024);
       const ptx::u32x4 q1 = *reinterpret_cast<const ptx::u32x4*>(st + q_off + d * KW * 1024 + 512);
@@ -561,16 +555,13 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
   // exchange buffer) and one CTA barrier makes them readable to the epilogue.
   int red_buf = 0;
   const float* red = s.red;
-  // `unroll`: blocks of a stage unrolled (FC2's copy runs few passes, mostly from a cold
-  // instruction cache at T = 1: EXPERIMENT).
-  auto stream_unit = [&](const Stream& ns, auto unroll) {
+  auto stream_unit = [&](const Stream& ns) {
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
       for (int c = 0; c < 4; ++c) acc[nt][c] = 0.0f;
     if constexpr (kStaged) {
-      consume_staged<KMAX, NT, KW, STAGES, SB, decltype(unroll)::value>(s.ring, s.full, s.empty,
-                                                                        pos, cs.nbw, s.b, acc);
+      consume_staged<KMAX, NT, KW, STAGES, SB>(s.ring, s.full, s.empty, pos, cs.nbw, s.b, acc);
     } else {
       consume<KMAX, NT, RING, KW>(ring, cs, ns, s.b, acc);
     }
@@ -658,7 +649,7 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
     }
     // Loaded before the stream so that its latency hides behind it (not after the barriers).
     const float g2 = __ldg(a.fc2_scale[rank] + e);
-    stream_unit(ns, IntTag<SB>{});
+    stream_unit(ns);
     // Warp -> live token (the bound is warp-uniform, so the shuffles inside stay whole; warps
     // past the live tokens go on at once), lane -> column (one 16-column block per half-warp).
     for (int i = warp; i < sub_live; i += kWarps) {
@@ -726,7 +717,7 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
       fresh_routes = false;
     }
     const float factor = __fmul_rn(__ldg(a.fc2_scale[rank] + e), __ldg(a.alpha2[rank] + e));
-    stream_unit(ns, IntTag<1>{});
+    stream_unit(ns);
     if constexpr (FP8C) {
       // y of this column tile into its half of the 128-row FP8 block. The even tile's half waits
       // for the odd one, this CTA's next unit (whole pairs per CTA, and the columns of one
