@@ -22,6 +22,7 @@
 // every kept bit; so the product, masked, equals the two shifts and masks (checked for all 256
 // inputs of each mask): 9 placement instructions a word instead of 11.
 #include "megamoe/common.cuh"
+#include "megamoe/formats/nvfp4_activation_decode.cuh"
 #include "megamoe/ptx/mma_sm90.cuh"
 
 namespace megamoe::device::nvfp4 {
@@ -58,14 +59,6 @@ MEGAMOE_DEVICE u32 scale_pair(u32 scale_word, bool odd) {
   return ptx::prmt(scale_word, 0u, odd ? 0x4342u : 0x4140u) << 7;
 }
 
-// Exact value of an e2m1 nibble (f32).
-MEGAMOE_DEVICE float e2m1_value(u32 nibble) {
-  const u32 mag = nibble & 7u;
-  const float v = mag >= 2u ? __uint_as_float((((mag >> 1) + 126u) << 23) | ((mag & 1u) << 22))
-                            : (mag == 1u ? 0.5f : 0.0f);
-  return (nibble & 8u) ? -v : v;
-}
-
 // Value of a UE4M3 scale byte (code 0x7F is NaN in e4m3; it is kept as NaN).
 MEGAMOE_DEVICE float ue4m3_value(u32 c) {
   const u32 e = (c >> 3) & 0xFu;
@@ -85,17 +78,20 @@ MEGAMOE_DEVICE u32 reencode_ue4m3(u32 code) {
 }
 
 // 16 exact f16 products of one NVFP4 activation block (8 bytes of nibbles, one scale byte):
-// the token operand of the MMA, laid out as 8 consecutive f16x2 (element order).
+// the token operand of the MMA, laid out as 8 consecutive f16x2 (element order). The scale byte
+// is read as the CPU formats read it (formats::ue4m3_to_float: the e4m3 table, so 0x7F is NaN)
+// through the hardware e4m3 -> f16 conversion, both halves at once; each e2m1 x scale product
+// (at most 6 significant bits, 2^-10 .. 2688 in magnitude) is exact in f16, so one f16x2
+// multiply per pair rounds nothing (subnormal inputs kept: no .ftz).
 MEGAMOE_DEVICE void decode_activation_block(u32 lo, u32 hi, u32 scale_code, u32 (&out)[8]) {
-  const float s = ue4m3_value(scale_code);
+  const u32 s2 = ptx::e4m3x2_to_f16x2(ptx::prmt(scale_code, 0u, 0x0000u));  // {s, s}
+  u32 e[4];
+  decode_e2m1_word(lo, e);
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const u32 word = i < 4 ? lo : hi;
-    const u32 byte = (word >> ((i & 3) * 8)) & 0xFFu;
-    const u32 e0 = ptx::f32_to_f16_rn(e2m1_value(byte & 0xFu) * s);
-    const u32 e1 = ptx::f32_to_f16_rn(e2m1_value(byte >> 4) * s);
-    out[i] = e0 | (e1 << 16);
-  }
+  for (int i = 0; i < 4; ++i) out[i] = ptx::hmul2(e[i], s2);
+  decode_e2m1_word(hi, e);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) out[4 + i] = ptx::hmul2(e[i], s2);
 }
 
 }  // namespace megamoe::device::nvfp4

@@ -34,6 +34,16 @@ MEGAMOE_DEVICE u32 hmul2_by_half(u32 a, u32 b) {
   return d;
 }
 
+// Two e4m3 codes (bits 0..7 and 8..15 of `codes`) -> f16x2, exactly (the hardware conversion;
+// 0x7F / 0xFF are NaN, codes from 0x80 negative).
+MEGAMOE_DEVICE u32 e4m3x2_to_f16x2(u32 codes) {
+  u32 d;
+  asm("{\n .reg .b16 lo, hi;\n mov.b32 {lo, hi}, %1;\n cvt.rn.f16x2.e4m3x2 %0, lo;\n}"
+      : "=r"(d)
+      : "r"(codes));
+  return d;
+}
+
 // D += A * B, m16n8k16, A row-major f16 (4 regs), B column-major f16 (2 regs), f32 accumulate.
 MEGAMOE_DEVICE void mma_m16n8k16_f16(float (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0,
                                      u32 b1) {
