@@ -86,48 +86,88 @@ struct Smem {
   float route_w[BM], route_alpha[BM];
 };
 
+// Where a pool row's NVFP4 operand lives: its nibbles (KD / 2 bytes) and its scale bytes (KD / 16).
+struct RowOperand {
+  const u8* q;
+  const u8* sf;
+};
+
 // Every 16-k block of rows [0, ceil8(live)) of every tile of the rank, decoded exactly into the
-// scratch (rows past `live` as zeros: the MMAs read whole 8-token groups). Items (pool row,
-// block) are spread over all `THREADS` consumer threads of the rank's `nctas` CTAs; src(row, b,
-// lo, hi, sc) loads block b of pool row `row`. All of a thread's loads of a batch are issued
-// before its first decode.
-template <int KD, int BM, int EL, int THREADS, int CK, class S, class Src>
+// scratch (rows past `live` as zeros: the MMAs read whole 8-token groups). One warp a row, the
+// rank's rows dealt round-robin over its CTAs' consumer warps (`THREADS` a CTA); lane l takes the
+// 64-k groups l, l + 32, ... of the row: 32 bytes of nibbles and 4 scale bytes each, every load of
+// the lane issued before its first decode, and a group's 64 products are 32 contiguous words of
+// the paired layout (paired_word_index), so they leave as 8 16-byte stores. row_of(row) gives a
+// live row's operand; kCoherent reads it through L2 (written earlier in this launch), else through
+// the read-only path.
+template <int KD, int BM, int EL, int THREADS, int CK, bool kCoherent, class S, class RowOf>
 MEGAMOE_DEVICE void decode_token_chunks(u8* scratch, const S& s, int total_tiles, int cta,
-                                        int nctas, Src src) {
-  constexpr int kBlocks = KD / 16;
+                                        int nctas, RowOf row_of) {
+  static_assert(KD % CK == 0 && CK % 64 == 0, "whole 64-k groups in whole chunks");
+  constexpr int kGroups = KD / 64;
+  constexpr int kGroupsPerLane = (kGroups + 31) / 32;
   constexpr int kChunks = KD / CK;
-  constexpr int kBatch = 4;
-  const int items = total_tiles * BM * kBlocks;
-  const int stride = nctas * THREADS;
-  for (int u0 = cta * THREADS + static_cast<int>(threadIdx.x); u0 < items; u0 += kBatch * stride) {
-    u32 lo[kBatch], hi[kBatch], sc[kBatch];
-    int state[kBatch];  // 0: nothing to write, 1: zeros, 2: decode
+  constexpr int kGroupsPerChunk = CK / 64;
+  constexpr int kWarps = THREADS / 32;
+  const int lane = threadIdx.x & 31;
+  // Rows in the order (row within the tile, tile): a warp's rows spread over every row index
+  // (tile-major order with a stride that is a multiple of BM gave each warp one fixed row index,
+  // so the warps of rows past the live ones had nothing to do and the others twice the work).
+  const int rows = total_tiles * BM;
+  for (int slot = cta * kWarps + (threadIdx.x >> 5); slot < rows; slot += nctas * kWarps) {
+    const int i = slot / total_tiles, tileg = slot - i * total_tiles;
+    const int row = tileg * BM + i;
+    const int live = nvfp4_pipe::tile_live<BM>(
+        s.count, s.tile_prefix, nvfp4_pipe::schedule_expert_of_tile<EL>(s.tile_prefix, tileg),
+        tileg);
+    if (i >= ((live + 7) & ~7)) continue;  // warp-uniform: rows no MMA reads
+    const bool real = i < live;
+    ptx::u32x4 q0[kGroupsPerLane], q1[kGroupsPerLane];
+    u32 sc[kGroupsPerLane];
+    const RowOperand op = real ? row_of(row) : RowOperand{nullptr, nullptr};
 #pragma unroll
-    for (int m = 0; m < kBatch; ++m) {
-      const int u = u0 + m * stride;
-      const int row = u / kBlocks, b = u - row * kBlocks;
-      const int tileg = row / BM, i = row - tileg * BM;
-      state[m] = 0;
-      lo[m] = hi[m] = sc[m] = 0;
-      if (u < items) {
-        const int e = nvfp4_pipe::schedule_expert_of_tile<EL>(s.tile_prefix, tileg);
-        const int live = nvfp4_pipe::tile_live<BM>(s.count, s.tile_prefix, e, tileg);
-        state[m] = i < live ? 2 : i < ((live + 7) & ~7) ? 1 : 0;
-        if (state[m] == 2) src(row, b, lo[m], hi[m], sc[m]);
+    for (int j = 0; j < kGroupsPerLane; ++j) {
+      const int g = lane + 32 * j;
+      q0[j] = q1[j] = ptx::u32x4{0u, 0u, 0u, 0u};
+      sc[j] = 0u;
+      if (real && g < kGroups) {
+        const u8* q = op.q + g * 32;
+        const auto* sf = reinterpret_cast<const unsigned*>(op.sf + g * 4);
+        if constexpr (kCoherent) {
+          q0[j] = ptx::load_16(q);
+          q1[j] = ptx::load_16(q + 16);
+          sc[j] = __ldcg(sf);
+        } else {
+          q0[j] = ptx::load_global_nc_16(q);
+          q1[j] = ptx::load_global_nc_16(q + 16);
+          sc[j] = __ldg(sf);
+        }
       }
     }
 #pragma unroll
-    for (int m = 0; m < kBatch; ++m) {
-      if (state[m] == 0) continue;
-      const int u = u0 + m * stride;
-      const int row = u / kBlocks, b = u - row * kBlocks;
-      const int tileg = row / BM, i = row - tileg * BM;
-      u32 v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      if (state[m] == 2) nvfp4::decode_activation_block(lo[m], hi[m], sc[m], v);
-      u32* dst = reinterpret_cast<u32*>(
-          scratch + Chunk<CK>::template row_offset<BM>(tileg, kChunks, b / (CK / 16), i));
+    for (int j = 0; j < kGroupsPerLane; ++j) {
+      const int g = lane + 32 * j;
+      if (g >= kGroups) continue;
+      u32 v[4][8];
+      const u32 nib[8] = {q0[j].x, q0[j].y, q0[j].z, q0[j].w, q1[j].x, q1[j].y, q1[j].z, q1[j].w};
 #pragma unroll
-      for (int p = 0; p < 8; ++p) dst[nvfp4_pipe::paired_word_index(b % (CK / 16), p)] = v[p];
+      for (int b = 0; b < 4; ++b) {
+        if (real) {
+          nvfp4::decode_activation_block(nib[2 * b], nib[2 * b + 1], sc[j] >> (8 * b), v[b]);
+        } else {
+#pragma unroll
+          for (int p = 0; p < 8; ++p) v[b][p] = 0u;
+        }
+      }
+      u32* dst = reinterpret_cast<u32*>(scratch + Chunk<CK>::template row_offset<BM>(
+                                                      tileg, kChunks, g / kGroupsPerChunk, i)) +
+                 (g % kGroupsPerChunk) * 32;
+#pragma unroll
+      for (int t = 0; t < 4; ++t) {
+        ptx::store_global_16(dst + t * 8, ptx::u32x4{v[0][t], v[0][t + 4], v[1][t], v[1][t + 4]});
+        ptx::store_global_16(dst + t * 8 + 4,
+                             ptx::u32x4{v[2][t], v[2][t + 4], v[3][t], v[3][t + 4]});
+      }
     }
   }
   // The producers' bulk copies (async proxy) read these words after the grid barrier.
@@ -602,15 +642,13 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
                                           });
   }
   grid_barrier(kPhaseRoutes);
-  decode_token_chunks<H, BM, EL, kThreads, CK>(
-      mine() + a.off_token_f16, s, total_tiles(), cta_in_rank(), nctas,
-      [&](int row, int b, u32& lo, u32& hi, u32& sc) {
-        const volatile int* rl =
-            reinterpret_cast<const volatile int*>(mine() + a.off_route) + row * 3;
-        const int sr = rl[0], tok = rl[1];
+  decode_token_chunks<H, BM, EL, kThreads, CK, false>(
+      mine() + a.off_token_f16, s, total_tiles(), cta_in_rank(), nctas, [&](int row) {
+        // The route list was written before the grid barrier by other CTAs: read through L2.
+        const int* rl = reinterpret_cast<const int*>(mine() + a.off_route) + row * 3;
+        const int sr = __ldcg(rl), tok = __ldcg(rl + 1);
         const u8* base = a.base[sr];
-        ptx::load_nc_8(base + a.off_x + tok * a.pitch_x + b * 8, lo, hi);
-        sc = __ldg(base + a.off_x_sf + tok * a.pitch_x_sf + b);
+        return RowOperand{base + a.off_x + tok * a.pitch_x, base + a.off_x_sf + tok * a.pitch_x_sf};
       });
   grid_barrier(kPhaseTokens);
   TokensReady::arrive();
@@ -689,13 +727,11 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
   grid_barrier(kPhaseAfterFc1);
 
   // ---- phase 1.5: the FC2 operand (fc2_pool rows, written above) into the scratch ----------
-  decode_token_chunks<I, BM, EL, kThreads, CK>(
-      mine() + a.off_token_f16, s, total_tiles(), cta_in_rank(), nctas,
-      [&](int row, int b, u32& lo, u32& hi, u32& sc) {
+  decode_token_chunks<I, BM, EL, kThreads, CK, true>(
+      mine() + a.off_token_f16, s, total_tiles(), cta_in_rank(), nctas, [&](int row) {
         const u8* base = mine();
-        ptx::load_8(base + a.off_fc2_pool + static_cast<u64>(row) * a.pitch_fc2_pool + b * 8, lo,
-                    hi);
-        sc = __ldcg(base + a.off_fc2_sf + static_cast<u64>(row) * a.pitch_fc2_sf + b);
+        return RowOperand{base + a.off_fc2_pool + static_cast<u64>(row) * a.pitch_fc2_pool,
+                          base + a.off_fc2_sf + static_cast<u64>(row) * a.pitch_fc2_sf};
       });
   grid_barrier(kPhaseTokens);
   TokensReady::arrive();
