@@ -1,0 +1,318 @@
+// Tensor-pipe probe for the wide kernel's consume loop (bench/NOTES.md, "Eighteenth session"):
+// cycles per weight word (8 weights a lane, 16 rows x 16 k a warp) of the NVFP4 decode followed
+// by (a) NT mma.sync m16n8k16 (the kernels' form: one per live 8-token group) or (b) one
+// warpgroup wgmma m64n(8 NT)k16 with the decoded A fragment in registers and the token chunk in
+// shared memory. 16 consumer warps a CTA, one CTA per SM, as in the kernel. Also checks that the
+// wgmma form computes the same sums as mma.sync (the B descriptor's two strides), so the layout
+// the kernel would need is settled here. Standalone; build with
+//   nvcc -O3 -std=c++20 -gencode=arch=compute_90a,code=sm_90a -I kernels \
+//        -o mma_rate_probe bench/probes/mma_rate_probe.cu
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "megamoe/formats/nvfp4_fragment_decode.cuh"
+
+#define CK(x)                                                                         \
+  do {                                                                                \
+    cudaError_t e_ = (x);                                                             \
+    if (e_ != cudaSuccess) {                                                          \
+      std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                   \
+    }                                                                                 \
+  } while (0)
+
+using u32 = uint32_t;
+using u64 = uint64_t;
+namespace nvd = megamoe::device::nvfp4;
+namespace px = megamoe::device::ptx;
+
+constexpr int kWarps = 16;
+constexpr int kK = 512;          // k of the token chunk in shared memory
+constexpr int kSteps = kK / 16;  // k16 steps a pass
+constexpr int kTok = 32;         // token rows in shared memory (up to 4 groups of 8)
+
+// Token chunk for wgmma: core matrices of 8 tokens x 8 k (128 contiguous bytes),
+// [token group][k octet][8 rows][8 f16]. For mma.sync the same values are read as fragments.
+__device__ __forceinline__ int core_index(int tok, int k) {
+  return ((tok >> 3) * (kK / 8) + (k >> 3)) * 64 + (tok & 7) * 8 + (k & 7);
+}
+
+__device__ __forceinline__ u64 make_desc(u32 saddr, u32 lbo, u32 sbo) {
+  u64 d = 0;
+  d |= static_cast<u64>((saddr >> 4) & 0x3FFF);
+  d |= static_cast<u64>((lbo >> 4) & 0x3FFF) << 16;
+  d |= static_cast<u64>((sbo >> 4) & 0x3FFF) << 32;
+  return d;  // base offset 0, layout 0 (no swizzle)
+}
+
+template <int N>
+struct Acc {
+  float v[N / 2];
+};
+
+__device__ __forceinline__ void wg_fence() {
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void wg_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+template <int W>
+__device__ __forceinline__ void wg_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(W) : "memory");
+}
+
+template <int N>
+__device__ __forceinline__ void wgmma_rs(Acc<N>& d, u32 a0, u32 a1, u32 a2, u32 a3, u64 desc);
+
+template <>
+__device__ __forceinline__ void wgmma_rs<8>(Acc<8>& d, u32 a0, u32 a1, u32 a2, u32 a3, u64 desc) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 {%0,%1,%2,%3}, {%4,%5,%6,%7}, %8, 1, 1, "
+      "1, 0;"
+      : "+f"(d.v[0]), "+f"(d.v[1]), "+f"(d.v[2]), "+f"(d.v[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc));
+}
+template <>
+__device__ __forceinline__ void wgmma_rs<16>(Acc<16>& d, u32 a0, u32 a1, u32 a2, u32 a3, u64 desc) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7}, "
+      "{%8,%9,%10,%11}, %12, 1, 1, 1, 0;"
+      : "+f"(d.v[0]), "+f"(d.v[1]), "+f"(d.v[2]), "+f"(d.v[3]), "+f"(d.v[4]), "+f"(d.v[5]),
+        "+f"(d.v[6]), "+f"(d.v[7])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc));
+}
+template <>
+__device__ __forceinline__ void wgmma_rs<24>(Acc<24>& d, u32 a0, u32 a1, u32 a2, u32 a3, u64 desc) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n24k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11}, "
+      "{%12,%13,%14,%15}, %16, 1, 1, 1, 0;"
+      : "+f"(d.v[0]), "+f"(d.v[1]), "+f"(d.v[2]), "+f"(d.v[3]), "+f"(d.v[4]), "+f"(d.v[5]),
+        "+f"(d.v[6]), "+f"(d.v[7]), "+f"(d.v[8]), "+f"(d.v[9]), "+f"(d.v[10]), "+f"(d.v[11])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc));
+}
+template <>
+__device__ __forceinline__ void wgmma_rs<32>(Acc<32>& d, u32 a0, u32 a1, u32 a2, u32 a3, u64 desc) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,"
+      "%12,%13,%14,%15}, {%16,%17,%18,%19}, %20, 1, 1, 1, 0;"
+      : "+f"(d.v[0]), "+f"(d.v[1]), "+f"(d.v[2]), "+f"(d.v[3]), "+f"(d.v[4]), "+f"(d.v[5]),
+        "+f"(d.v[6]), "+f"(d.v[7]), "+f"(d.v[8]), "+f"(d.v[9]), "+f"(d.v[10]), "+f"(d.v[11]),
+        "+f"(d.v[12]), "+f"(d.v[13]), "+f"(d.v[14]), "+f"(d.v[15])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc));
+}
+
+// The decode through the hardware e4m3 -> f16 conversion (timing only: the bit layout is not the
+// kernel's): e2m1 nibbles placed as e4m3 bytes (sign 7, magnitude 2..4: the value x 2^-6), two
+// registers of four bytes (one mask; mask, multiply, mask), four conversions, four multiplies.
+__device__ __forceinline__ u32 cvt_e4m3x2(unsigned short v) {
+  u32 d;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(d) : "h"(v));
+  return d;
+}
+__device__ __forceinline__ nvd::HalfFragment decode_via_e4m3(u32 word, u32 sp) {
+  const u32 r0 = word & 0x9C9C9C9Cu;
+  const u32 r1 = ((word & 0x23232323u) * ((1u << 2) + (1u << 6))) & 0x9C9C9C9Cu;
+  nvd::HalfFragment f;
+  f.a0 = px::hmul2_by_half<0>(cvt_e4m3x2(static_cast<unsigned short>(r0)), sp);
+  f.a1 = px::hmul2_by_half<1>(cvt_e4m3x2(static_cast<unsigned short>(r0 >> 16)), sp);
+  f.a2 = px::hmul2_by_half<0>(cvt_e4m3x2(static_cast<unsigned short>(r1)), sp);
+  f.a3 = px::hmul2_by_half<1>(cvt_e4m3x2(static_cast<unsigned short>(r1 >> 16)), sp);
+  return f;
+}
+
+struct Shared {
+  u32 words[kWarps][kSteps][32];  // a warp's nibble words, [step][lane]
+  u32 scales[kWarps][kSteps / 4][32];
+  alignas(128) uint16_t tok[kTok * kK];
+};
+
+// Fills shared memory with valid codes (deterministic per seed) and zero-free tokens.
+__device__ void fill(Shared& s, u32 seed) {
+  for (int i = threadIdx.x; i < kWarps * kSteps * 32; i += blockDim.x) {
+    u32 x = (i + 1) * 2654435761u ^ seed;
+    x ^= x >> 13;
+    x *= 0x5bd1e995u;
+    (&s.words[0][0][0])[i] = x ^ (x >> 15);
+  }
+  for (int i = threadIdx.x; i < kWarps * (kSteps / 4) * 32; i += blockDim.x) {
+    // Re-encoded scale bytes of small scales (b << 7 = f16 of 0.5 .. 2)
+    u32 b = 0x70u + (i % 7);
+    (&s.scales[0][0][0])[i] = b | (b << 8) | (b << 16) | (b << 24);
+  }
+  for (int i = threadIdx.x; i < kTok * kK; i += blockDim.x) {
+    const int tok = i / kK, k = i % kK;
+    const float v = static_cast<float>(static_cast<int>((tok * 7 + k * 3 + seed) % 9u) - 4) * 0.25f;
+    s.tok[core_index(tok, k)] = __half_as_ushort(__float2half(v));
+  }
+}
+
+// Mode 0: mma.sync, NT groups. Mode 1: wgmma N = 8 NT, A from registers.
+template <int MODE, int NT>
+__global__ void __launch_bounds__(kWarps * 32, 1)
+    rate_kernel(int passes, u32 seed, u32 lbo, u32 sbo, float* sums, long long* cycles,
+                long long* nanos) {
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  Shared& s = *reinterpret_cast<Shared*>(smem_raw);
+  fill(s, seed);
+  __syncthreads();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  float acc[NT][4] = {};
+  Acc<8 * NT> wacc = {};
+  const u32 tok_base = static_cast<u32>(__cvta_generic_to_shared(s.tok));
+  const long long c0 = clock64();
+  const u64 n0 = px::globaltimer_ns();
+  for (int p = 0; p < passes; ++p) {
+#pragma unroll 4
+    for (int q = 0; q < kSteps; ++q) {
+      const u32 word = s.words[warp][q][lane];
+      const u32 sw = s.scales[warp][q >> 2][lane];
+      const u32 sp = nvd::scale_pair(sw, (q & 1) != 0);
+      const nvd::HalfFragment f =
+          MODE == 3 ? decode_via_e4m3(word, sp) : nvd::decode_weight_word(word, sp);
+      if constexpr (MODE == 0 || MODE == 3) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          // B fragment: b0 = k 2t, 2t+1 of token g; b1 = k 2t+8, 2t+9.
+          const int tok = nt * 8 + g, k = q * 16 + 2 * t;
+          const u32 b0 = *reinterpret_cast<const u32*>(&s.tok[core_index(tok, k)]);
+          const u32 b1 = *reinterpret_cast<const u32*>(&s.tok[core_index(tok, k + 8)]);
+          px::mma_m16n8k16_f16(acc[nt], f.a0, f.a1, f.a2, f.a3, b0, b1);
+        }
+      } else {
+        // Step q: core matrices (group, octets 2q and 2q + 1). K-direction stride 128 B,
+        // N-direction stride (kK / 8) x 128 B.
+        const u64 desc = make_desc(tok_base + q * 2 * 128, lbo, sbo);
+        wg_fence();
+        wgmma_rs<8 * NT>(wacc, f.a0, f.a1, f.a2, f.a3, desc);
+        wg_commit();
+        if constexpr (MODE == 1) {
+          wg_wait<0>();
+        } else {
+          // One group in flight: this step's A registers stay live until the next step's wait.
+          wg_wait<1>();
+        }
+      }
+    }
+  }
+  if constexpr (MODE == 1 || MODE == 2) {
+    wg_wait<0>();
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[nt][i] = wacc.v[nt * 4 + i];
+  }
+  const long long c1 = clock64();
+  const u64 n1 = px::globaltimer_ns();
+  // Per thread: its fragment of the 16 x (8 NT) result, [cta][warp][nt][i][lane].
+  float* o = sums + ((static_cast<size_t>(blockIdx.x) * kWarps + warp) * NT * 4) * 32;
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) o[(nt * 4 + i) * 32 + lane] = acc[nt][i];
+  if (lane == 0) {
+    cycles[blockIdx.x * kWarps + warp] = c1 - c0;
+    nanos[blockIdx.x * kWarps + warp] = static_cast<long long>(n1 - n0);
+  }
+  (void)g;
+  (void)t;
+}
+
+struct Rate {
+  double cycles_per_word;  // per scheduler (4 warps each decode passes x kSteps words)
+  double ns_per_word_sm;   // wall time per word of the whole SM (16 warps)
+  double ghz;
+};
+
+template <int MODE, int NT>
+Rate run(int sms, int passes, u32 lbo, u32 sbo, std::vector<float>& out) {
+  const size_t smem = sizeof(Shared);
+  CK(cudaFuncSetAttribute(rate_kernel<MODE, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                          static_cast<int>(smem)));
+  float* sums;
+  long long *cyc, *ns;
+  const size_t n = static_cast<size_t>(sms) * kWarps * NT * 4 * 32;
+  CK(cudaMalloc(&sums, n * sizeof(float)));
+  CK(cudaMalloc(&cyc, sms * kWarps * sizeof(long long)));
+  CK(cudaMalloc(&ns, sms * kWarps * sizeof(long long)));
+  Rate best{1e30, 1e30, 0};
+  for (int rep = 0; rep < 3; ++rep) {
+    rate_kernel<MODE, NT><<<sms, kWarps * 32, smem>>>(passes, 12345u, lbo, sbo, sums, cyc, ns);
+    CK(cudaGetLastError());
+    CK(cudaDeviceSynchronize());
+    std::vector<long long> c(sms * kWarps), t(sms * kWarps);
+    CK(cudaMemcpy(c.data(), cyc, c.size() * sizeof(long long), cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(t.data(), ns, t.size() * sizeof(long long), cudaMemcpyDeviceToHost));
+    long long mc = 0, mt = 0;
+    for (size_t i = 0; i < c.size(); ++i) {
+      mc = c[i] > mc ? c[i] : mc;
+      mt = t[i] > mt ? t[i] : mt;
+    }
+    const double words_sm = static_cast<double>(kWarps) * passes * kSteps;
+    const Rate r{static_cast<double>(mc) / (4.0 * passes * kSteps), mt / words_sm,
+                 static_cast<double>(mc) / mt};
+    if (r.ns_per_word_sm < best.ns_per_word_sm) best = r;
+  }
+  out.resize(n);
+  CK(cudaMemcpy(out.data(), sums, n * sizeof(float), cudaMemcpyDeviceToHost));
+  CK(cudaFree(sums));
+  CK(cudaFree(cyc));
+  CK(cudaFree(ns));
+  return best;
+}
+
+double rel_l2(const std::vector<float>& x, const std::vector<float>& y) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    num += (static_cast<double>(x[i]) - y[i]) * (static_cast<double>(x[i]) - y[i]);
+    den += static_cast<double>(x[i]) * x[i];
+  }
+  return den > 0 ? std::sqrt(num / den) : -1.0;
+}
+
+void print(const char* what, int nt, const Rate& r, double rel) {
+  // A word is 256 weights = 144 bytes of NVFP4 with scales: KB/us per SM of decode capacity.
+  std::printf("NT=%d %-34s %6.2f cyc/word/sched  %7.4f ns/word/SM  %5.1f KB/us/SM  %.2f GHz", nt,
+              what, r.cycles_per_word, r.ns_per_word_sm, 144.0 / r.ns_per_word_sm, r.ghz);
+  if (rel >= -0.5) std::printf("  rel-L2 vs mma.sync %.3g", rel);
+  std::printf("\n");
+}
+
+template <int NT>
+void compare(int sms, int passes) {
+  std::vector<float> a, b;
+  const u32 kdir = 128, ndir = (kK / 8) * 128;
+  const Rate rs = run<0, NT>(sms, passes, 0, 0, a);
+  print("mma.sync (kernel decode)", NT, rs, -1);
+  const Rate r3 = run<3, NT>(sms, passes, 0, 0, b);
+  print("mma.sync (e4m3 cvt decode, timing)", NT, r3, -1);
+  const Rate r1 = run<1, NT>(sms, passes, kdir, ndir, b);
+  const double e1 = rel_l2(a, b);
+  print("wgmma RS wait0, LBO = K stride", NT, r1, e1);
+  const Rate r1s = run<1, NT>(sms, passes, ndir, kdir, b);
+  const double e1s = rel_l2(a, b);
+  print("wgmma RS wait0, LBO = N stride", NT, r1s, e1s);
+  const bool swap = e1s >= 0 && (e1 < 0 || e1s < e1);
+  const Rate r2 =
+      swap ? run<2, NT>(sms, passes, ndir, kdir, b) : run<2, NT>(sms, passes, kdir, ndir, b);
+  print(swap ? "wgmma RS wait1 (LBO = N stride)" : "wgmma RS wait1 (LBO = K stride)", NT, r2,
+        rel_l2(a, b));
+}
+
+int main() {
+  int dev = 0, sms = 0;
+  CK(cudaGetDevice(&dev));
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const int passes = 400;
+  compare<1>(sms, passes);
+  compare<2>(sms, passes);
+  compare<3>(sms, passes);
+  compare<4>(sms, passes);
+  return 0;
+}
