@@ -17,15 +17,7 @@
 #include <vector>
 
 #include "megamoe/formats/nvfp4_fragment_decode.cuh"
-
-#define CK(x)                                                                         \
-  do {                                                                                \
-    cudaError_t e_ = (x);                                                             \
-    if (e_ != cudaSuccess) {                                                          \
-      std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                   \
-    }                                                                                 \
-  } while (0)
+#include "probe_check.cuh"
 
 using u32 = uint32_t;
 using u64 = uint64_t;

@@ -36,6 +36,17 @@ __device__ __forceinline__ void wa_mark(int w, int i) {
 __device__ __forceinline__ void wa_put(int w, int i, unsigned long long v) {
   if ((threadIdx.x & 31) == 0) g_wa[blockIdx.x][w][i] = v;
 }
+// One "TLW call cta warp v0 .. v27" line per warp, from the 100th launch only.
+__device__ __noinline__ void wa_print(unsigned call, int w) {
+  if ((threadIdx.x & 31) != 0 || call != 100) return;
+  const unsigned long long* q = g_wa[blockIdx.x][w];
+  // One printf: lines of concurrent warps must not interleave.
+  printf("TLW %u %u %d %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu "
+         "%llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu\\n",
+         call, blockIdx.x, w, q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7], q[8], q[9], q[10],
+         q[11], q[12], q[13], q[14], q[15], q[16], q[17], q[18], q[19], q[20], q[21], q[22], q[23],
+         q[24], q[25], q[26], q[27]);
+}
 using nvfp4_pipe::PublishedUnit;""")
 sub("""                                 float (&acc)[NTL][4]) {
   using C = Chunk<CK>;""", """                                 float (&acc)[NTL][4], unsigned& wfull, int& first_mark) {
@@ -97,12 +108,7 @@ sub("""    tokens_ready(1);  // exactly the consumers' two arrivals
     wa_put(kProducerWarp, 15, p_tok);
     wa_put(kProducerWarp, 23, wa_c0);
     wa_put(kProducerWarp, 24, wa_clk());
-    if (lane == 0 && wa_call == 100) {
-      const unsigned long long* q = g_wa[blockIdx.x][kProducerWarp];
-      printf("TLW %u %u %d %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu\\n",
-             wa_call, blockIdx.x, kProducerWarp, q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7], q[8], q[9], q[10], q[11],
-             q[12], q[13], q[14], q[15], q[16], q[17], q[18], q[19], q[20], q[21], q[22], q[23], q[24], q[25], q[26], q[27]);
-    }
+    wa_print(wa_call, kProducerWarp);
     return;""")
 sub("""  grid_barrier(kPhaseRoutes);
   decode_token_chunks<H, BM, EL, kThreads, CK, false>(""", """  grid_barrier(kPhaseRoutes);
@@ -187,12 +193,7 @@ sub("""  nvfp4_moe::combine_rank_tokens<H, K, EL, R, TMAX, kThreads, FP8C>(
   wa_mark(warp, 13);
   wa_put(warp, 23, wa_c0);
   wa_put(warp, 24, wa_clk());
-  if (lane == 0 && wa_call == 100) {
-    const unsigned long long* q = g_wa[blockIdx.x][warp];
-    printf("TLW %u %u %d %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu\\n",
-           wa_call, blockIdx.x, warp, q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7], q[8], q[9], q[10], q[11],
-           q[12], q[13], q[14], q[15], q[16], q[17], q[18], q[19], q[20], q[21], q[22], q[23], q[24], q[25], q[26], q[27]);
-  }
+  wa_print(wa_call, warp);
   if (threadIdx.x == 0 && blockIdx.x == 0) atomicAdd(&g_wa_calls, 1u);
 }""")
 sub("""MEGAMOE_DEVICE void decode_token_chunks(u8* scratch, const S& s, int total_tiles, int cta,
