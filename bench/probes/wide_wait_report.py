@@ -1,6 +1,6 @@
 # Summarizes the TLW lines of a bench run on the kernels wide_wait_accounting.py instrumented:
-# phase marks (us from the first CTA's entry; min / median / max over consumer warps) and the
-# per-warp medians of the waits.
+# each phase's duration between two marks of the same warp (min / median / max over consumer
+# warps) and the per-warp medians of the waits.
 #   python3 bench/probes/wide_wait_report.py LOG [LOG.gz ...]
 import gzip, sys, statistics as st
 for f in sys.argv[1:]:
@@ -12,16 +12,24 @@ for f in sys.argv[1:]:
     ghz = st.median([((c[24] - c[23]) % 2**32) / (c[13] - c[0]) for c in cons if c[13] > c[0]])
     end = st.median([(c[13] - t0) / 1e3 for c in cons])
     print(f"== {f}: {len(cons)} consumer warps, {len(prod)} producers, clock {ghz:.3f} GHz, end {end:.1f} us")
-    for slot, lab in ((26, "FC1 token decode, before its fence"), (27, "FC2 token decode, before its fence")):
-        v = [(c[slot] - t0) / 1e3 for c in cons if len(c) > slot and c[slot] >= t0]
-        if v: print(f"    {lab:36s} {min(v):8.2f} {st.median(v):8.2f} {max(v):8.2f}")
-    names = ["entry", "phase 0 done", "routes barrier done", "FC1 tokens decoded", "after tokens barrier",
-             "1st FC1 stage full", "FC1 end", "after FC1 barrier", "FC2 tokens decoded",
-             "after FC2 tokens barrier", "1st FC2 stage full", "FC2 end", "after final barrier", "end"]
-    print("  consumer marks (us from the first entry): min / median / max")
-    for i, n in enumerate(names):
-        v = [(c[i] - t0) / 1e3 for c in cons if c[i] >= t0]
-        if v: print(f"    {n:26s} {min(v):8.2f} {st.median(v):8.2f} {max(v):8.2f}")
+    for slot, lab, frm in ((26, "FC1 token decode, to before its fence", 2), (27, "FC2 token decode, to before its fence", 7)):
+        v = [(c[slot] - c[frm]) / 1e3 for c in cons if len(c) > slot and c[slot] >= c[frm] > 0]
+        if v: print(f"    {lab:40s} {min(v):8.2f} {st.median(v):8.2f} {max(v):8.2f}")
+    # Phase durations from two marks of the same warp. A mark placed right after a grid barrier
+    # reads %globaltimer before that barrier's wait ends (ptxas may schedule the timer read above
+    # the barrier; runs 149-157 had releases before the last arrival by up to 57 us while the same
+    # configuration's first call on a zeroed buffer was bitwise equal to the oracle, run 158): so
+    # a "barrier (wait)" row reads low and the phase after it carries that wait.
+    spans = [("entry -> phase 0 done", 0, 1), ("route scan + barrier", 1, 2),
+             ("FC1 token decode", 2, 3), ("FC1 tokens barrier", 3, 4),
+             ("-> 1st FC1 stage full", 4, 5), ("entry -> 1st FC1 stage full", 0, 5),
+             ("FC1 units", 5, 6), ("FC1 barrier (wait)", 6, 7), ("FC2 token decode", 7, 8),
+             ("FC2 tokens barrier", 8, 9), ("-> 1st FC2 stage full", 9, 10), ("FC2 units", 10, 11),
+             ("final barrier (wait)", 11, 12), ("combine", 12, 13), ("entry -> end", 0, 13)]
+    print("  per-warp phase durations (us): min / median / max")
+    for n, a, b in spans:
+        v = [(c[b] - c[a]) / 1e3 for c in cons if c[b] >= c[a] > 0]
+        if v: print(f"    {n:28s} {min(v):8.2f} {st.median(v):8.2f} {max(v):8.2f}")
     us = lambda cyc: cyc / ghz / 1e3
     for ph, (a, b, lab) in enumerate([(14, 18, "FC1"), (19, 25, "FC2")]):
         span = [(c[6] - c[5]) / 1e3 if ph == 0 else (c[11] - c[10]) / 1e3 for c in cons]

@@ -1,0 +1,51 @@
+# Barrier check for the NVFP4 MegaMoE kernels (bench/NOTES.md, eighteenth session): copies the
+# repository's kernels/ to DEST (default build/kern_barrier_check) and makes every rank-local grid
+# barrier count its arrivals per instance in a device array (each CTA's thread 0: one atomic add
+# before it arrives on the barrier's counter) and, once released, check that all n CTAs of the
+# instance had arrived -- independent of any timer. CTA 0 prints a running total of violations at
+# every FC1 -> FC2 barrier. Run the bench (or a test) with MEGAMOE_KERNEL_DIR=DEST
+# MEGAMOE_ALLOW_LOCAL_MEMORY=1 and grep BCHK; "viol 0" is the expected answer.
+#   python3 bench/probes/barrier_check.py [DEST]
+import os, shutil, sys
+root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+dst = sys.argv[1] if len(sys.argv) > 1 else os.path.join(root, "build", "kern_barrier_check")
+shutil.rmtree(dst, ignore_errors=True)
+shutil.copytree(os.path.join(root, "kernels"), dst)
+p = os.path.join(dst, "megamoe", "comm", "rank_barrier.cuh")
+s = open(p).read()
+def sub(old, new):
+    global s
+    if s.count(old) != 1:
+        sys.exit(f"expected 1 of {old!r}, found {s.count(old)}")
+    s = s.replace(old, new)
+sub("namespace megamoe::device {", """namespace megamoe::device {
+__device__ unsigned g_bchk_cnt[4096];  // arrivals per barrier instance (instances wrap at 4096)
+__device__ unsigned g_bchk_idx[1024];  // each CTA's next instance
+__device__ unsigned g_bchk_viol;
+__device__ unsigned g_bchk_worst;""")
+sub("""    const u32 arrival = arrival_value(cta_in_rank == 0, static_cast<u32>(n));
+    if constexpr (kScope == Scope::gpu) {""", """    const u32 arrival = arrival_value(cta_in_rank == 0, static_cast<u32>(n));
+    const unsigned bk = g_bchk_idx[blockIdx.x] & 4095u;
+    atomicAdd(&g_bchk_cnt[bk], 1u);
+    __threadfence();
+    if constexpr (kScope == Scope::gpu) {""")
+sub("""    spin_for_flip<kScope>(counter, old, timeout_ns, status, rank, phase);
+    fence_acq_rel<kScope>();
+  }
+  Sync::sync();
+}""", """    spin_for_flip<kScope>(counter, old, timeout_ns, status, rank, phase);
+    fence_acq_rel<kScope>();
+    const unsigned seen = atomicAdd(&g_bchk_cnt[bk], 0u);
+    if (seen < static_cast<unsigned>(n)) {
+      atomicAdd(&g_bchk_viol, 1u);
+      atomicMax(&g_bchk_worst, static_cast<unsigned>(n) - seen);
+    }
+    ++g_bchk_idx[blockIdx.x];
+    if (blockIdx.x == 0 && phase == kPhaseAfterFc1) {
+      printf("BCHK instance %u viol %u worst-missing %u\\n", bk, g_bchk_viol, g_bchk_worst);
+    }
+  }
+  Sync::sync();
+}""")
+open(p, "w").write(s)
+print("instrumented", p)
