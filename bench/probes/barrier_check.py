@@ -6,18 +6,15 @@
 # every FC1 -> FC2 barrier. Run the bench (or a test) with MEGAMOE_KERNEL_DIR=DEST
 # MEGAMOE_ALLOW_LOCAL_MEMORY=1 and grep BCHK; "viol 0" is the expected answer.
 #   python3 bench/probes/barrier_check.py [DEST]
-import os, shutil, sys
-root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-dst = sys.argv[1] if len(sys.argv) > 1 else os.path.join(root, "build", "kern_barrier_check")
-shutil.rmtree(dst, ignore_errors=True)
-shutil.copytree(os.path.join(root, "kernels"), dst)
-p = os.path.join(dst, "megamoe", "comm", "rank_barrier.cuh")
-s = open(p).read()
-def sub(old, new):
-    global s
-    if s.count(old) != 1:
-        sys.exit(f"expected 1 of {old!r}, found {s.count(old)}")
-    s = s.replace(old, new)
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from kernel_patch import SourceEdit, copy_kernels  # noqa: E402
+
+dst = copy_kernels("kern_barrier_check")
+edit = SourceEdit(os.path.join(dst, "megamoe", "comm", "rank_barrier.cuh"))
+sub = edit.sub
 sub("namespace megamoe::device {", """namespace megamoe::device {
 __device__ unsigned g_bchk_cnt[4096];  // arrivals per barrier instance (instances wrap at 4096)
 __device__ unsigned g_bchk_idx[1024];  // each CTA's next instance
@@ -47,5 +44,5 @@ sub("""    spin_for_flip<kScope>(counter, old, timeout_ns, status, rank, phase);
   }
   Sync::sync();
 }""")
-open(p, "w").write(s)
-print("instrumented", p)
+edit.save()
+print("instrumented", edit.path)

@@ -9,19 +9,15 @@
 #   python3 bench/probes/wide_wait_accounting.py [DEST]
 # Each edit must match the kernel source exactly once; a kernel change that moves one makes the
 # script stop with the pattern it missed.
-import os, shutil, sys
-root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-dst = sys.argv[1] if len(sys.argv) > 1 else os.path.join(root, "build", "kern_wide_wa")
-shutil.rmtree(dst, ignore_errors=True)
-shutil.copytree(os.path.join(root, "kernels"), dst)
-p = os.path.join(dst, "megamoe", "impls", "sm90_nvfp4_mega_moe_wide.cuh")
-s = open(p).read()
-def sub(old, new, count=1):
-    global s
-    c = s.count(old)
-    if c != count:
-        sys.exit(f"expected {count} of {old!r}, found {c}")
-    s = s.replace(old, new)
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from kernel_patch import SourceEdit, copy_kernels  # noqa: E402
+
+dst = copy_kernels("kern_wide_wa")
+edit = SourceEdit(os.path.join(dst, "megamoe", "impls", "sm90_nvfp4_mega_moe_wide.cuh"))
+sub = edit.sub
 
 sub("using nvfp4_pipe::PublishedUnit;", """__device__ unsigned long long g_wa[264][18][28];
 __device__ unsigned g_wa_calls;
@@ -132,13 +128,13 @@ sub("""      consume_wide<NS, NTL, STAGES, CK>(s.ring, s.full, s.empty, pos, nch
       w_epi += wa_clk() - te0;
       ++w_units;""")
 # take_unit timing: wrap all take_unit calls in the consumer part
-i0 = s.index("  // ---- phase 1: FC1 + activation + re-quantization")
-body = s[i0:]
+i0 = edit.text.index("  // ---- phase 1: FC1 + activation + re-quantization")
+body = edit.text[i0:]
 n = body.count("nvfp4_pipe::take_unit(s.unit_q, s.unit_ready, upos)")
 body = body.replace("nvfp4_pipe::take_unit(s.unit_q, s.unit_ready, upos)", "wa_take()")
 nsync = body.count("      Sync::sync();")
 body = body.replace("      Sync::sync();", "      wa_sync();")
-s = s[:i0] + """  auto wa_take = [&] {
+edit.text = edit.text[:i0] + """  auto wa_take = [&] {
     const unsigned t0 = wa_clk();
     const PublishedUnit u = nvfp4_pipe::take_unit(s.unit_q, s.unit_ready, upos);
     w_take += wa_clk() - t0;
@@ -206,6 +202,5 @@ sub("""  // The producers' bulk copies (async proxy) read these words after the 
 sub("""                          base + a.off_fc2_sf + static_cast<u64>(row) * a.pitch_fc2_sf};
       });""", """                          base + a.off_fc2_sf + static_cast<u64>(row) * a.pitch_fc2_sf};
       }, 27);""")
-s = s.replace("%llu %llu %llu %llu\\n\",\n             wa_call", "%llu %llu %llu %llu %llu %llu\\n\",\n             wa_call")
-open(p, "w").write(s)
+edit.save()
 print("ok")
