@@ -22,6 +22,7 @@
 // every kept bit; so the product, masked, equals the two shifts and masks (checked for all 256
 // inputs of each mask): 9 placement instructions a word instead of 11.
 #include "megamoe/common.cuh"
+#include "megamoe/formats/exact_codecs.cuh"
 #include "megamoe/formats/nvfp4_activation_decode.cuh"
 #include "megamoe/ptx/mma_sm90.cuh"
 
@@ -59,22 +60,13 @@ MEGAMOE_DEVICE u32 scale_pair(u32 scale_word, bool odd) {
   return ptx::prmt(scale_word, 0u, odd ? 0x4342u : 0x4140u) << 7;
 }
 
-// Value of a UE4M3 scale byte (code 0x7F is NaN in e4m3; it is kept as NaN).
-MEGAMOE_DEVICE float ue4m3_value(u32 c) {
-  const u32 e = (c >> 3) & 0xFu;
-  const u32 m = c & 7u;
-  if (c == 0x7Fu) return __uint_as_float(0x7FC00000u);
-  if (e == 0u) return static_cast<float>(m) * 0x1p-9f;
-  return __uint_as_float(((e + 120u) << 23) | (m << 20));
-}
-
 // The kernel layout's scale byte b for a checkpoint UE4M3 byte: the f16 with bits (b << 7) is
 // scale x 2^7 (normal for every nonzero scale, whose 3 mantissa bits land in f16 bits 7..9); the
 // sign bit carries no meaning, 0 stays 0 and the NaN code 0x7F becomes 0xFF (an f16 NaN).
 MEGAMOE_DEVICE u32 reencode_ue4m3(u32 code) {
   const u32 c = code & 0x7Fu;
   if (c == 0x7Fu) return 0xFFu;
-  return static_cast<u32>(ptx::f32_to_f16_rn(ue4m3_value(c) * 128.0f)) >> 7;
+  return static_cast<u32>(ptx::f32_to_f16_rn(exact::ue4m3_value(c) * 128.0f)) >> 7;
 }
 
 // 16 exact f16 products of one NVFP4 activation block (8 bytes of nibbles, one scale byte):

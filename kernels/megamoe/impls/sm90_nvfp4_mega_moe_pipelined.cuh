@@ -541,8 +541,8 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
 
   const u64 topk_pitch = static_cast<u64>(K) * 4;
   // Live routes of the unit's tile: published with the unit (stages), counted here otherwise.
-  auto unit_live = [&](const PublishedUnit& u, int e, int tile) {
-    return kStaged ? u.live : min(BM, s.count[e] - tile * BM);
+  auto unit_live = [&](const PublishedUnit& u, int e) {
+    return kStaged ? u.live : tile_live<BM>(s.count, s.tile_prefix, e, u.tileg);
   };
   float acc[NT][4];
   Ring<RING> ring;           // STAGES = 0
@@ -607,7 +607,7 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
     const Stream ns = kStaged ? cs : stream_of(nx, cs);
     const int e = cs.expert;
     const int tile = cur.tileg - s.tile_prefix[e];
-    const int live = unit_live(cur, e, tile);
+    const int live = unit_live(cur, e);
     const int pool_row0 = (s.tile_prefix[e] + tile) * BM;
     if (cur.tileg != b_tile) {
       b_tile = cur.tileg;
@@ -683,7 +683,7 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
     const Stream ns = kStaged ? cs : stream_of(nx, cs);
     const int e = cs.expert;
     const int tile = cur.tileg - s.tile_prefix[e];
-    const int live = unit_live(cur, e, tile);
+    const int live = unit_live(cur, e);
     const int pool_row0 = (s.tile_prefix[e] + tile) * BM;
     if (cur.tileg != b_tile) {
       b_tile = cur.tileg;
