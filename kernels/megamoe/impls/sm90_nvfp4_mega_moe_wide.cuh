@@ -97,12 +97,18 @@ struct RowOperand {
 // rank's rows dealt round-robin over its CTAs' consumer warps (`THREADS` a CTA); lane l takes the
 // 64-k groups l, l + 32, ... of the row: 32 bytes of nibbles and 4 scale bytes each, every load of
 // the lane issued before its first decode, and a group's 64 products are 32 contiguous words of
-// the paired layout (paired_word_index), so they leave as 8 16-byte stores. row_of(row) gives a
+// the paired layout (paired_word_index). The 32 groups of a pass are contiguous in the scratch
+// (1 KB or more a chunk), so they leave through the warp's 4 KB of `staging` (shared memory idle
+// in this phase): each lane writes its group's 8 16-byte pieces there (piece p at slot p ^ (l & 7):
+// no two lanes of a quarter warp in one bank group), then every store instruction of the warp
+// writes 512 contiguous bytes of the scratch -- a lane's own 128 bytes stored directly took 32
+// separate half sectors per instruction (bench/NOTES.md, nineteenth session). row_of(row) gives a
 // live row's operand; kCoherent reads it through L2 (written earlier in this launch), else through
 // the read-only path.
+inline constexpr int kDecodeStagingBytes = 32 * 128;  // per consumer warp
 template <int KD, int BM, int EL, int THREADS, int CK, bool kCoherent, class S, class RowOf>
-MEGAMOE_DEVICE void decode_token_chunks(u8* scratch, const S& s, int total_tiles, int cta,
-                                        int nctas, RowOf row_of) {
+MEGAMOE_DEVICE void decode_token_chunks(u8* scratch, u8* staging, const S& s, int total_tiles,
+                                        int cta, int nctas, RowOf row_of) {
   static_assert(KD % CK == 0 && CK % 64 == 0, "whole 64-k groups in whole chunks");
   constexpr int kGroups = KD / 64;
   constexpr int kGroupsPerLane = (kGroups + 31) / 32;
@@ -110,6 +116,7 @@ MEGAMOE_DEVICE void decode_token_chunks(u8* scratch, const S& s, int total_tiles
   constexpr int kGroupsPerChunk = CK / 64;
   constexpr int kWarps = THREADS / 32;
   const int lane = threadIdx.x & 31;
+  u8* own_staging = staging + (threadIdx.x >> 5) * kDecodeStagingBytes;
   // Rows in the order (row within the tile, tile): a warp's rows spread over every row index
   // (tile-major order with a stride that is a multiple of BM gave each warp one fixed row index,
   // so the warps of rows past the live ones had nothing to do and the others twice the work).
@@ -147,31 +154,52 @@ MEGAMOE_DEVICE void decode_token_chunks(u8* scratch, const S& s, int total_tiles
 #pragma unroll
     for (int j = 0; j < kGroupsPerLane; ++j) {
       const int g = lane + 32 * j;
-      if (g >= kGroups) continue;
-      u32 v[4][8];
-      const u32 nib[8] = {q0[j].x, q0[j].y, q0[j].z, q0[j].w, q1[j].x, q1[j].y, q1[j].z, q1[j].w};
+      __syncwarp();  // the previous pass's pieces have been read
+      if (g < kGroups) {
+        u32 v[4][8];
+        const u32 nib[8] = {q0[j].x, q0[j].y, q0[j].z, q0[j].w, q1[j].x, q1[j].y, q1[j].z, q1[j].w};
 #pragma unroll
-      for (int b = 0; b < 4; ++b) {
-        if (real) {
-          nvfp4::decode_activation_block(nib[2 * b], nib[2 * b + 1], sc[j] >> (8 * b), v[b]);
-        } else {
+        for (int b = 0; b < 4; ++b) {
+          if (real) {
+            nvfp4::decode_activation_block(nib[2 * b], nib[2 * b + 1], sc[j] >> (8 * b), v[b]);
+          } else {
 #pragma unroll
-          for (int p = 0; p < 8; ++p) v[b][p] = 0u;
+            for (int p = 0; p < 8; ++p) v[b][p] = 0u;
+          }
+        }
+        // Pieces 2 t and 2 t + 1: words 8 t .. 8 t + 7 of the group's 32 (paired layout).
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+          *reinterpret_cast<ptx::u32x4*>(own_staging + lane * 128 + ((2 * t) ^ (lane & 7)) * 16) =
+              ptx::u32x4{v[0][t], v[0][t + 4], v[1][t], v[1][t + 4]};
+          *reinterpret_cast<ptx::u32x4*>(own_staging + lane * 128 +
+                                         ((2 * t + 1) ^ (lane & 7)) * 16) =
+              ptx::u32x4{v[2][t], v[2][t + 4], v[3][t], v[3][t + 4]};
         }
       }
-      u32* dst = reinterpret_cast<u32*>(scratch + Chunk<CK>::template row_offset<BM>(
-                                                      tileg, kChunks, g / kGroupsPerChunk, i)) +
-                 (g % kGroupsPerChunk) * 32;
-#pragma unroll
-      for (int t = 0; t < 4; ++t) {
-        ptx::store_global_16(dst + t * 8, ptx::u32x4{v[0][t], v[0][t + 4], v[1][t], v[1][t + 4]});
-        ptx::store_global_16(dst + t * 8 + 4,
-                             ptx::u32x4{v[2][t], v[2][t + 4], v[3][t], v[3][t + 4]});
+      __syncwarp();  // every lane's pieces are in place
+      // Store instruction k: lanes 8 m .. 8 m + 7 write the 8 pieces of the pass's group 4 k + m
+      // (not unrolled: with every piece loaded first, the H = 6144 shapes spilled).
+#pragma unroll 1
+      for (int k = 0; k < 8; ++k) {
+        const int gl = 4 * k + (lane >> 3), p = lane & 7;
+        const int gg = 32 * j + gl;
+        if (gg < kGroups) {
+          const ptx::u32x4 piece =
+              *reinterpret_cast<const ptx::u32x4*>(own_staging + gl * 128 + (p ^ (gl & 7)) * 16);
+          ptx::store_global_16(
+              scratch +
+                  Chunk<CK>::template row_offset<BM>(tileg, kChunks, gg / kGroupsPerChunk, i) +
+                  (gg % kGroupsPerChunk) * 128 + p * 16,
+              piece);
+        }
       }
     }
   }
-  // The producers' bulk copies (async proxy) read these words after the grid barrier.
+  // The producers' bulk copies (async proxy) read these words after the grid barrier, and write
+  // the staging bytes (their stages) after TokensReady.
   ptx::fence_proxy_async_global();
+  ptx::fence_proxy_async_shared();
 }
 
 // acc[nt] (nt < NTL) += this warp's row group x the sub-tile's first 8 NTL tokens over `nch`
@@ -642,8 +670,9 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
                                           });
   }
   grid_barrier(kPhaseRoutes);
+  static_assert(sizeof(S::ring) >= kWarps * kDecodeStagingBytes, "decode staging in the ring");
   decode_token_chunks<H, BM, EL, kThreads, CK, false>(
-      mine() + a.off_token_f16, s, total_tiles(), cta_in_rank(), nctas, [&](int row) {
+      mine() + a.off_token_f16, s.ring, s, total_tiles(), cta_in_rank(), nctas, [&](int row) {
         // The route list was written before the grid barrier by other CTAs: read through L2.
         const int* rl = reinterpret_cast<const int*>(mine() + a.off_route) + row * 3;
         const int sr = __ldcg(rl), tok = __ldcg(rl + 1);
@@ -727,8 +756,10 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
   grid_barrier(kPhaseAfterFc1);
 
   // ---- phase 1.5: the FC2 operand (fc2_pool rows, written above) into the scratch ----------
+  // The ring is idle here: every FC1 stage was consumed, and the producer copies FC2's first
+  // stage only after TokensReady.
   decode_token_chunks<I, BM, EL, kThreads, CK, true>(
-      mine() + a.off_token_f16, s, total_tiles(), cta_in_rank(), nctas, [&](int row) {
+      mine() + a.off_token_f16, s.ring, s, total_tiles(), cta_in_rank(), nctas, [&](int row) {
         const u8* base = mine();
         return RowOperand{base + a.off_fc2_pool + static_cast<u64>(row) * a.pitch_fc2_pool,
                           base + a.off_fc2_sf + static_cast<u64>(row) * a.pitch_fc2_sf};
