@@ -107,9 +107,9 @@ sub("""    tokens_ready(1);  // exactly the consumers' two arrivals
     wa_print(wa_call, kProducerWarp);
     return;""")
 sub("""  grid_barrier(kPhaseRoutes);
-  decode_token_chunks<H, BM, EL, kThreads, CK, false>(""", """  grid_barrier(kPhaseRoutes);
+""", """  grid_barrier(kPhaseRoutes);
   wa_mark(warp, 2);
-  decode_token_chunks<H, BM, EL, kThreads, CK, false>(""")
+""")
 sub("""        return RowOperand{base + a.off_x + tok * a.pitch_x, base + a.off_x_sf + tok * a.pitch_x_sf};
       });
   grid_barrier(kPhaseTokens);
@@ -192,13 +192,15 @@ sub("""  nvfp4_moe::combine_rank_tokens<H, K, EL, R, TMAX, kThreads, FP8C>(
   wa_print(wa_call, warp);
   if (threadIdx.x == 0 && blockIdx.x == 0) atomicAdd(&g_wa_calls, 1u);
 }""")
-sub("""MEGAMOE_DEVICE void decode_token_chunks(u8* scratch, const S& s, int total_tiles, int cta,
-                                        int nctas, RowOf row_of) {""", """MEGAMOE_DEVICE void decode_token_chunks(u8* scratch, const S& s, int total_tiles, int cta,
-                                        int nctas, RowOf row_of, int wa_slot = 26) {""")
-sub("""  // The producers' bulk copies (async proxy) read these words after the grid barrier.
-  ptx::fence_proxy_async_global();""", """  wa_mark(threadIdx.x >> 5, wa_slot);
-  // The producers' bulk copies (async proxy) read these words after the grid barrier.
-  ptx::fence_proxy_async_global();""")
+sub("""MEGAMOE_DEVICE void decode_token_chunks(u8* scratch, u8* staging, const S& s, int total_tiles,
+                                        int cta, int nctas, RowOf row_of) {""", """MEGAMOE_DEVICE void decode_token_chunks(u8* scratch, u8* staging, const S& s, int total_tiles,
+                                        int cta, int nctas, RowOf row_of, int wa_slot = 26) {""")
+sub("""  ptx::fence_proxy_async_global();
+  ptx::fence_proxy_async_shared();
+}""", """  wa_mark(threadIdx.x >> 5, wa_slot);
+  ptx::fence_proxy_async_global();
+  ptx::fence_proxy_async_shared();
+}""")
 sub("""                          base + a.off_fc2_sf + static_cast<u64>(row) * a.pitch_fc2_sf};
       });""", """                          base + a.off_fc2_sf + static_cast<u64>(row) * a.pitch_fc2_sf};
       }, 27);""")

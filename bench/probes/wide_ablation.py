@@ -1,0 +1,66 @@
+# Ablation copies of the wide NVFP4 MegaMoE kernel, TIMING ONLY (their results are wrong): each
+# removes one part of the kernel's work, so that a bench run of every copy in one call says what
+# that part costs (bench/NOTES.md, nineteenth session). Copies the repository's kernels/ into
+# DEST/<name> for each name below (default DEST: build/wide_ablation):
+#   noepi1       FC1's epilogue not run (the accumulators only kept alive)
+#   noepi2       FC2's epilogue (bf16 combine slots) not run
+#   noepi12      neither epilogue
+#   mem          consume loops without decode and MMA: the stages are waited for and released
+#   mem_noepi    mem + noepi12: the stream, the phases and barriers alone
+#   nodec1       the FC1 token-chunk decode phase and the grid barrier after it removed
+#   nodec12      both token-chunk decode phases and their grid barriers removed
+#   mem_noepi_nodec12
+# Run the bench on each with MEGAMOE_KERNEL_DIR=DEST/<name> (no local memory is used).
+#   python3 bench/probes/wide_ablation.py [DEST]
+import os
+import shutil
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from kernel_patch import ROOT, SourceEdit  # noqa: E402
+
+KEEP = "if (acc[0][0] == 1.2345e-30f) s.y[threadIdx.x] = acc[0][1] + acc[0][2] + acc[0][3]"
+NOEPI1 = ("""      fc1_store_by_pairs<ACT, NS, BM, kGroup, kRound, RB != 2>(
+          a, s, mine(), s.y + y_buf * (kRowGroups * kGroup), u, __ldg(a.fc2_scale[rank_of()] + u.e),
+          acc);""", "      " + KEEP + ";")
+NOEPI2 = ("""        fc2_store_from_registers<H, TMAX, NS>(a, s, cur.sub, cur.sub_live<NS>(), cur.col, factor,
+                                              acc);""", "        " + KEEP + " + factor;")
+MEM = ("""      nvfp4_pipe::block_mma<CK, NTL>(words, scw, bl + d * 128, acc);""",
+       """      if (words[0] == 0x12345678u && scw[0] == 0x9abcdef0u) acc[0][0] += 1.0f;""")
+NODEC1 = ("""  decode_token_chunks<H, BM, EL, kThreads, CK, false>(
+      mine() + a.off_token_f16, s.ring, s, total_tiles(), cta_in_rank(), nctas, [&](int row) {
+        // The route list was written before the grid barrier by other CTAs: read through L2.
+        const int* rl = reinterpret_cast<const int*>(mine() + a.off_route) + row * 3;
+        const int sr = __ldcg(rl), tok = __ldcg(rl + 1);
+        const u8* base = a.base[sr];
+        return RowOperand{base + a.off_x + tok * a.pitch_x, base + a.off_x_sf + tok * a.pitch_x_sf};
+      });
+  grid_barrier(kPhaseTokens);""", "")
+NODEC2 = ("""  decode_token_chunks<I, BM, EL, kThreads, CK, true>(
+      mine() + a.off_token_f16, s.ring, s, total_tiles(), cta_in_rank(), nctas, [&](int row) {
+        const u8* base = mine();
+        return RowOperand{base + a.off_fc2_pool + static_cast<u64>(row) * a.pitch_fc2_pool,
+                          base + a.off_fc2_sf + static_cast<u64>(row) * a.pitch_fc2_sf};
+      });
+  grid_barrier(kPhaseTokens);""", "")
+VARIANTS = {
+    "noepi1": [NOEPI1],
+    "noepi2": [NOEPI2],
+    "noepi12": [NOEPI1, NOEPI2],
+    "mem": [MEM],
+    "mem_noepi": [MEM, NOEPI1, NOEPI2],
+    "nodec1": [NODEC1],
+    "nodec12": [NODEC1, NODEC2],
+    "mem_noepi_nodec12": [MEM, NOEPI1, NOEPI2, NODEC1, NODEC2],
+}
+
+dest = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build", "wide_ablation")
+for name, edits in VARIANTS.items():
+    dst = os.path.join(dest, name)
+    shutil.rmtree(dst, ignore_errors=True)
+    shutil.copytree(os.path.join(ROOT, "kernels"), dst)
+    edit = SourceEdit(os.path.join(dst, "megamoe", "impls", "sm90_nvfp4_mega_moe_wide.cuh"))
+    for old, new in edits:
+        edit.sub(old, new)
+    edit.save()
+    print("wrote", dst)
