@@ -97,12 +97,13 @@ struct RowOperand {
 // rank's rows dealt round-robin over its CTAs' consumer warps (`THREADS` a CTA); lane l takes the
 // 64-k groups l, l + 32, ... of the row: 32 bytes of nibbles and 4 scale bytes each, every load of
 // the lane issued before its first decode, and a group's 64 products are 32 contiguous words of
-// the paired layout (paired_word_index). The 32 groups of a pass are contiguous in the scratch
-// (1 KB or more a chunk), so they leave through the warp's 4 KB of `staging` (shared memory idle
-// in this phase): each lane writes its group's 8 16-byte pieces there (piece p at slot p ^ (l & 7):
-// no two lanes of a quarter warp in one bank group), then every store instruction of the warp
-// writes 512 contiguous bytes of the scratch -- a lane's own 128 bytes stored directly took 32
-// separate half sectors per instruction (bench/NOTES.md, nineteenth session). row_of(row) gives a
+// the paired layout (paired_word_index). The groups of a chunk are contiguous in the scratch, so
+// a pass's 32 groups leave through the warp's 4 KB of `staging` (shared memory idle in this
+// phase): each lane writes its group's 8 16-byte pieces there (piece p at slot p ^ (l & 7): no two
+// lanes of a quarter warp in one bank group), then every store instruction of the warp writes 4
+// groups, 512 contiguous bytes of the scratch (two runs of 256 where a 384-k chunk ends among
+// them) -- a lane's own 128 bytes stored directly took 32 separate half sectors per instruction
+// (bench/NOTES.md, nineteenth session). row_of(row) gives a
 // live row's operand; kCoherent reads it through L2 (written earlier in this launch), else through
 // the read-only path.
 inline constexpr int kDecodeStagingBytes = 32 * 128;  // per consumer warp
