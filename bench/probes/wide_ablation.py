@@ -10,6 +10,10 @@
 #   nodec1       the FC1 token-chunk decode phase and the grid barrier after it removed
 #   nodec12      both token-chunk decode phases and their grid barriers removed
 #   mem_noepi_nodec12
+#   nodec1_keepbarrier  the FC1 decode phase removed, the grid barrier after it kept
+#   nostore1     the FC1 decode phase loads and decodes but stores nothing into the scratch
+# (the last two tell apart what the FC1 phase costs: its barrier, its stores, or what its scratch
+# writes do to L2 and HBM for the FC1 units after it).
 # Run the bench on each with MEGAMOE_KERNEL_DIR=DEST/<name> (no local memory is used).
 #   python3 bench/probes/wide_ablation.py [DEST]
 import os
@@ -36,6 +40,9 @@ NODEC1 = ("""  decode_token_chunks<H, BM, EL, kThreads, CK, false>(
         return RowOperand{base + a.off_x + tok * a.pitch_x, base + a.off_x_sf + tok * a.pitch_x_sf};
       });
   grid_barrier(kPhaseTokens);""", "")
+NODEC1_KEEP = (NODEC1[0], "  grid_barrier(kPhaseTokens);")
+NOSTORE1 = ("        if (gg < kGroups) {\n          const ptx::u32x4 piece =",
+            "        if (gg < kGroups && kCoherent) {  // ablation: FC1 (kCoherent false) stores nothing\n          const ptx::u32x4 piece =")
 NODEC2 = ("""  decode_token_chunks<I, BM, EL, kThreads, CK, true>(
       mine() + a.off_token_f16, s.ring, s, total_tiles(), cta_in_rank(), nctas, [&](int row) {
         const u8* base = mine();
@@ -52,6 +59,8 @@ VARIANTS = {
     "nodec1": [NODEC1],
     "nodec12": [NODEC1, NODEC2],
     "mem_noepi_nodec12": [MEM, NOEPI1, NOEPI2, NODEC1, NODEC2],
+    "nodec1_keepbarrier": [NODEC1_KEEP],
+    "nostore1": [NOSTORE1],
 }
 
 dest = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build", "wide_ablation")
