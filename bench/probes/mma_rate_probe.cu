@@ -4,7 +4,11 @@
 // warpgroup wgmma m64n(8 NT)k16 with the decoded A fragment in registers and the token chunk in
 // shared memory. 16 consumer warps a CTA, one CTA per SM, as in the kernel. Also checks that the
 // wgmma form computes the same sums as mma.sync (the B descriptor's two strides), so the layout
-// the kernel would need is settled here. Standalone; build with
+// the kernel would need is settled here. Mode 4 is the wide kernel's own loop body (its B loads:
+// one 16-byte vector per token group and two words, from the paired layout) and mode 5 wgmma with
+// one fence, commit and wait per 4 k16 steps -- the fair pair for deciding on wgmma
+// (bench/NOTES.md, nineteenth session: modes 0-2 load B as two 32-bit words per group and word).
+// Standalone; build with
 //   nvcc -O3 -std=c++20 -gencode=arch=compute_90a,code=sm_90a -I kernels \
 //        -o mma_rate_probe bench/probes/mma_rate_probe.cu
 #include <cuda_fp16.h>
@@ -17,12 +21,14 @@
 #include <vector>
 
 #include "megamoe/formats/nvfp4_fragment_decode.cuh"
+#include "megamoe/impls/sm90_nvfp4_mega_moe_pipelined.cuh"
 #include "probe_check.cuh"
 
 using u32 = uint32_t;
 using u64 = uint64_t;
 namespace nvd = megamoe::device::nvfp4;
 namespace px = megamoe::device::ptx;
+namespace pipe = megamoe::device::nvfp4_pipe;
 
 constexpr int kWarps = 16;
 constexpr int kK = 512;          // k of the token chunk in shared memory
@@ -119,10 +125,17 @@ __device__ __forceinline__ nvd::HalfFragment decode_via_e4m3(u32 word, u32 sp) {
 }
 
 struct Shared {
-  u32 words[kWarps][kSteps][32];  // a warp's nibble words, [step][lane]
+  // A warp's nibble words in the wide kernel's stage order: per 128-k block, words 0..3 of every
+  // lane, then words 4..7 (two 16-byte loads a lane and block); word_at names step q's word.
+  u32 words[kWarps][kSteps / 8][2][32][4];
   u32 scales[kWarps][kSteps / 4][32];
-  alignas(128) uint16_t tok[kTok * kK];
+  alignas(128) uint16_t tok[kTok * kK];         // core matrices (wgmma); modes 0 and 3 too
+  alignas(128) uint16_t tokp[kTok * (kK + 8)];  // the kernel's paired layout (mode 4)
 };
+
+__device__ __forceinline__ u32 word_at(const Shared& s, int warp, int q, int lane) {
+  return s.words[warp][q >> 3][(q >> 2) & 1][lane][q & 3];
+}
 
 // Fills shared memory with valid codes (deterministic per seed) and zero-free tokens.
 __device__ void fill(Shared& s, u32 seed) {
@@ -130,7 +143,7 @@ __device__ void fill(Shared& s, u32 seed) {
     u32 x = (i + 1) * 2654435761u ^ seed;
     x ^= x >> 13;
     x *= 0x5bd1e995u;
-    (&s.words[0][0][0])[i] = x ^ (x >> 15);
+    (&s.words[0][0][0][0][0])[i] = x ^ (x >> 15);
   }
   for (int i = threadIdx.x; i < kWarps * (kSteps / 4) * 32; i += blockDim.x) {
     // Re-encoded scale bytes of small scales (b << 7 = f16 of 0.5 .. 2)
@@ -141,10 +154,14 @@ __device__ void fill(Shared& s, u32 seed) {
     const int tok = i / kK, k = i % kK;
     const float v = static_cast<float>(static_cast<int>((tok * 7 + k * 3 + seed) % 9u) - 4) * 0.25f;
     s.tok[core_index(tok, k)] = __half_as_ushort(__float2half(v));
+    s.tokp[tok * (kK + 8) + pipe::paired_word_index(k / 16, (k % 16) / 2) * 2 + (k & 1)] =
+        __half_as_ushort(__float2half(v));
   }
 }
 
-// Mode 0: mma.sync, NT groups. Mode 1: wgmma N = 8 NT, A from registers.
+// Mode 0: mma.sync, NT groups. Mode 1: wgmma N = 8 NT, A from registers (2: one group in
+// flight). Mode 3: mode 0 with the e4m3-conversion decode. Mode 4: the wide kernel's block body
+// (nvfp4_pipe::block_mma). Mode 5: wgmma, 4 steps a fence / commit / wait (one group in flight).
 template <int MODE, int NT>
 __global__ void __launch_bounds__(kWarps * 32, 1)
     rate_kernel(int passes, u32 seed, u32 lbo, u32 sbo, float* sums, long long* cycles,
@@ -160,40 +177,75 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   const u32 tok_base = static_cast<u32>(__cvta_generic_to_shared(s.tok));
   const long long c0 = clock64();
   const u64 n0 = px::globaltimer_ns();
+  // Mode 4: this lane's view of the paired token chunk (nvfp4_pipe::lane_token_block at block 0).
+  const uint16_t* bl = s.tokp + g * (kK + 8) + pipe::paired_load_index(0, 0, t);
   for (int p = 0; p < passes; ++p) {
-#pragma unroll 4
-    for (int q = 0; q < kSteps; ++q) {
-      const u32 word = s.words[warp][q][lane];
-      const u32 sw = s.scales[warp][q >> 2][lane];
-      const u32 sp = nvd::scale_pair(sw, (q & 1) != 0);
-      const nvd::HalfFragment f =
-          MODE == 3 ? decode_via_e4m3(word, sp) : nvd::decode_weight_word(word, sp);
-      if constexpr (MODE == 0 || MODE == 3) {
+    if constexpr (MODE == 4) {
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          // B fragment: b0 = k 2t, 2t+1 of token g; b1 = k 2t+8, 2t+9.
-          const int tok = nt * 8 + g, k = q * 16 + 2 * t;
-          const u32 b0 = *reinterpret_cast<const u32*>(&s.tok[core_index(tok, k)]);
-          const u32 b1 = *reinterpret_cast<const u32*>(&s.tok[core_index(tok, k + 8)]);
-          px::mma_m16n8k16_f16(acc[nt], f.a0, f.a1, f.a2, f.a3, b0, b1);
+      for (int d = 0; d < kSteps / 8; ++d) {
+        const px::u32x4 q0 = *reinterpret_cast<const px::u32x4*>(&s.words[warp][d][0][lane][0]);
+        const px::u32x4 q1 = *reinterpret_cast<const px::u32x4*>(&s.words[warp][d][1][lane][0]);
+        const u32 words[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+        // block_mma takes step q's scale word from scw[q / 2]; modes 0-3 from scales[q / 4].
+        const u32 sa = s.scales[warp][2 * d][lane], sb = s.scales[warp][2 * d + 1][lane];
+        const u32 scw[4] = {sa, sa, sb, sb};
+        pipe::block_mma<kK, NT>(words, scw, bl + d * 128, acc);
+      }
+    } else if constexpr (MODE == 5) {
+#pragma unroll 2
+      for (int q0 = 0; q0 < kSteps; q0 += 4) {
+        nvd::HalfFragment f[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int q = q0 + i;
+          f[i] =
+              nvd::decode_weight_word(word_at(s, warp, q, lane),
+                                      nvd::scale_pair(s.scales[warp][q >> 2][lane], (q & 1) != 0));
         }
-      } else {
-        // Step q: core matrices (group, octets 2q and 2q + 1). K-direction stride 128 B,
-        // N-direction stride (kK / 8) x 128 B.
-        const u64 desc = make_desc(tok_base + q * 2 * 128, lbo, sbo);
         wg_fence();
-        wgmma_rs<8 * NT>(wacc, f.a0, f.a1, f.a2, f.a3, desc);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          wgmma_rs<8 * NT>(wacc, f[i].a0, f[i].a1, f[i].a2, f[i].a3,
+                           make_desc(tok_base + (q0 + i) * 2 * 128, lbo, sbo));
+        }
         wg_commit();
-        if constexpr (MODE == 1) {
-          wg_wait<0>();
+        wg_wait<1>();  // the previous 4 steps' A registers are free again
+      }
+    } else {
+#pragma unroll 4
+      for (int q = 0; q < kSteps; ++q) {
+        const u32 word = word_at(s, warp, q, lane);
+        const u32 sw = s.scales[warp][q >> 2][lane];
+        const u32 sp = nvd::scale_pair(sw, (q & 1) != 0);
+        const nvd::HalfFragment f =
+            MODE == 3 ? decode_via_e4m3(word, sp) : nvd::decode_weight_word(word, sp);
+        if constexpr (MODE == 0 || MODE == 3) {
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            // B fragment: b0 = k 2t, 2t+1 of token g; b1 = k 2t+8, 2t+9.
+            const int tok = nt * 8 + g, k = q * 16 + 2 * t;
+            const u32 b0 = *reinterpret_cast<const u32*>(&s.tok[core_index(tok, k)]);
+            const u32 b1 = *reinterpret_cast<const u32*>(&s.tok[core_index(tok, k + 8)]);
+            px::mma_m16n8k16_f16(acc[nt], f.a0, f.a1, f.a2, f.a3, b0, b1);
+          }
         } else {
-          // One group in flight: this step's A registers stay live until the next step's wait.
-          wg_wait<1>();
+          // Step q: core matrices (group, octets 2q and 2q + 1). K-direction stride 128 B,
+          // N-direction stride (kK / 8) x 128 B.
+          const u64 desc = make_desc(tok_base + q * 2 * 128, lbo, sbo);
+          wg_fence();
+          wgmma_rs<8 * NT>(wacc, f.a0, f.a1, f.a2, f.a3, desc);
+          wg_commit();
+          if constexpr (MODE == 1) {
+            wg_wait<0>();
+          } else {
+            // One group in flight: this step's A registers stay live until the next step's wait.
+            wg_wait<1>();
+          }
         }
       }
     }
   }
-  if constexpr (MODE == 1 || MODE == 2) {
+  if constexpr (MODE == 1 || MODE == 2 || MODE == 5) {
     wg_wait<0>();
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
@@ -295,6 +347,11 @@ void compare(int sms, int passes) {
       swap ? run<2, NT>(sms, passes, ndir, kdir, b) : run<2, NT>(sms, passes, kdir, ndir, b);
   print(swap ? "wgmma RS wait1 (LBO = N stride)" : "wgmma RS wait1 (LBO = K stride)", NT, r2,
         rel_l2(a, b));
+  const Rate r4 = run<4, NT>(sms, passes, 0, 0, b);
+  print("mma.sync, the wide kernel's block body", NT, r4, rel_l2(a, b));
+  const Rate r5 =
+      swap ? run<5, NT>(sms, passes, ndir, kdir, b) : run<5, NT>(sms, passes, kdir, ndir, b);
+  print("wgmma RS, 4 steps a fence, wait1", NT, r5, rel_l2(a, b));
 }
 
 int main() {
