@@ -18,7 +18,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOOLS = os.path.join(ROOT, "build", "tools")
 REQUIREMENTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "requirements-sass.txt")
-MAGIC = b"megamoe-jit-cache 1\n"
+MAGIC = b"megamoe-jit-cache 1\n"  # src/jit/disk_cache.cpp owns the format
 
 
 def cuobjdump():
@@ -37,15 +37,18 @@ def cuobjdump():
 
 
 def read_entry(path):
-    """(header fields, cubin bytes) of one cache file, or None if it is not a cache entry."""
+    """(header fields, cubin bytes) of one cache file, or None if it is not a cache entry; stops
+    on an entry this reader does not understand (another format version, a malformed header)."""
     with open(path, "rb") as f:
         data = f.read()
-    if not data.startswith(MAGIC):
+    if not data.startswith(b"megamoe-jit-cache "):
         return None
+    if not data.startswith(MAGIC):
+        sys.exit(f"{path}: a cache format this script does not read (src/jit/disk_cache.cpp)")
     # Header lines "field value" up to "end" (src/jit/disk_cache.cpp), then the cubin, then the log.
     end = data.find(b"\nend\n")
     if end < 0:
-        return None
+        sys.exit(f"{path}: no end of header (src/jit/disk_cache.cpp)")
     fields = {}
     for line in data[len(MAGIC):end].split(b"\n"):
         key, _, value = line.partition(b" ")
@@ -53,7 +56,7 @@ def read_entry(path):
     start = end + len(b"\nend\n")
     cubin = data[start:start + int(fields.get("cubin_bytes", "0"))]
     if not cubin.startswith(b"\x7fELF"):
-        return None
+        sys.exit(f"{path}: the header's cubin_bytes do not lead to an ELF image")
     if hashlib.sha256(cubin).hexdigest() != fields.get("cubin_sha256"):
         sys.exit(f"{path}: cubin does not match its sha256")
     return fields, cubin

@@ -103,9 +103,8 @@ struct RowOperand {
 // lanes of a quarter warp in one bank group), then every store instruction of the warp writes 4
 // groups, 512 contiguous bytes of the scratch (two runs of 256 where a 384-k chunk ends among
 // them) -- a lane's own 128 bytes stored directly took 32 separate half sectors per instruction
-// (bench/NOTES.md, nineteenth session). row_of(row) gives a
-// live row's operand; kCoherent reads it through L2 (written earlier in this launch), else through
-// the read-only path.
+// (bench/NOTES.md, nineteenth session). row_of(row) gives a live row's operand; kCoherent reads it
+// through L2 (written earlier in this launch), else through the read-only path.
 inline constexpr int kDecodeStagingBytes = 32 * 128;  // per consumer warp
 template <int KD, int BM, int EL, int THREADS, int CK, bool kCoherent, class S, class RowOf>
 MEGAMOE_DEVICE void decode_token_chunks(u8* scratch, u8* staging, const S& s, int total_tiles,
