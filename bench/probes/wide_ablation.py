@@ -12,6 +12,13 @@
 #   mem_noepi_nodec12
 #   nodec1_keepbarrier  the FC1 decode phase removed, the grid barrier after it kept
 #   nostore1     the FC1 decode phase loads and decodes but stores nothing into the scratch
+#   notok        no token chunk copied into the stages (the MMAs read stale shared memory): what
+#                the token operand's share of the stream costs
+#   mem_noepi_nodec12_notok  the weight stream alone
+#   nobar1       the route scan's and FC1 decode's grid barriers removed (each CTA goes on after
+#                its own part): the bound of per-tile readiness for FC1
+#   nobar12      also the FC1 -> FC2 barrier and the FC2 decode's: every rank-local barrier but
+#                the last
 # (the last two tell apart what the FC1 phase costs: its barrier, its stores, or what its scratch
 # writes do to L2 and HBM for the FC1 units after it).
 # Run the bench on each with MEGAMOE_KERNEL_DIR=DEST/<name> (no local memory is used).
@@ -50,6 +57,16 @@ NODEC2 = ("""  decode_token_chunks<I, BM, EL, kThreads, CK, true>(
                           base + a.off_fc2_sf + static_cast<u64>(row) * a.pitch_fc2_sf};
       });
   grid_barrier(kPhaseTokens);""", "")
+NOTOK = [("      const u32 token_bytes = static_cast<u32>(rows * C::kRowBytes);",
+          "      const u32 token_bytes = 0u * static_cast<u32>(rows * C::kRowBytes);"),
+         ("        } else if (lane == kRowGroups) {",
+          "        } else if (lane == kRowGroups && token_bytes != 0u) {")]
+BAR_ROUTES = ("  grid_barrier(kPhaseRoutes);\n", "")
+BAR_TOK1 = ("  grid_barrier(kPhaseTokens);\n  TokensReady::arrive();\n\n  // ---- phases 1 and 2",
+            "  TokensReady::arrive();\n\n  // ---- phases 1 and 2")
+BAR_FC1 = ("  grid_barrier(kPhaseAfterFc1);\n", "")
+BAR_TOK2 = ("  grid_barrier(kPhaseTokens);\n  TokensReady::arrive();\n\n  // ---- phase 2:",
+            "  TokensReady::arrive();\n\n  // ---- phase 2:")
 VARIANTS = {
     "noepi1": [NOEPI1],
     "noepi2": [NOEPI2],
@@ -61,6 +78,10 @@ VARIANTS = {
     "mem_noepi_nodec12": [MEM, NOEPI1, NOEPI2, NODEC1, NODEC2],
     "nodec1_keepbarrier": [NODEC1_KEEP],
     "nostore1": [NOSTORE1],
+    "notok": NOTOK,
+    "nobar1": [BAR_ROUTES, BAR_TOK1],
+    "nobar12": [BAR_ROUTES, BAR_TOK1, BAR_FC1, BAR_TOK2],
+    "mem_noepi_nodec12_notok": [MEM, NOEPI1, NOEPI2, NODEC1, NODEC2] + NOTOK,
 }
 
 dest = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build", "wide_ablation")
