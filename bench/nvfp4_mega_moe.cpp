@@ -17,12 +17,19 @@
 // MEGAMOE_BENCH_TOKENS may also name other token counts (1..8192, e.g. the edges of a BLOCK_M
 // regime: 384,682); T_max is then the largest count.
 // MEGAMOE_BENCH_FP8_COMBINE=1 times the layer with FP8 combine slots (config.fp8_combine).
+// MEGAMOE_BENCH_SOAK_MS=N replays each row's graph for N ms more after timing it, then the copies'
+// graph alone for N ms, and prints "SOAK preset routing T full t0 t1 pre t2 t3 calls c1 c2" (unix
+// seconds; c1 / c2 graph launches), so that a sampler beside the process (nvidia-smi,
+// bench/probes/power_soak.py) can read the SM clock and board power in steady state: the layer
+// runs into the board's power limit at large T (bench/NOTES.md, twentieth session), where the
+// timed replays of a row are too short for the driver's power readings.
 // MEGAMOE_BENCH_ROUTES=FILE writes each row's kSets routings there, one JSON line per row:
 // {"preset", "routing", "tokens", "top_k", "sets": [reference::routing_json of each set]}, so that
 // bench/torch_baseline.py --route-sets times the PyTorch baseline on the same routings.
 #include <cuda.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -109,6 +116,25 @@ void fill(const Helpers& h, CUdeviceptr p, std::size_t bytes, unsigned seed, boo
   runtime::launch_kernel(h.fill, cfg, p, words, seed, mode);
 }
 
+double unix_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Launches `body` in batches of 8 until `ms` of wall time have passed (synchronizing after each
+// batch); returns {start, end} in unix seconds and the launch count.
+template <class Body>
+void soak(CUstream stream, double ms, Body&& body, double& t0, double& t1, long long& calls) {
+  calls = 0;
+  t0 = unix_seconds();
+  do {
+    for (int i = 0; i < 8; ++i) body();
+    calls += 8;
+    MEGAMOE_CU(cuda::driver().cuStreamSynchronize(stream));
+    t1 = unix_seconds();
+  } while ((t1 - t0) * 1e3 < ms);
+}
+
 template <class Body>
 double median_ms(CUstream stream, int reps, Body&& body) {
   runtime::Event a, b;
@@ -174,6 +200,14 @@ int main(int argc, char** argv) {
     const Helpers helpers = load_helpers();
     std::vector<Row> rows;
     double bw_tbs = 0;
+    const char* soak_env = std::getenv("MEGAMOE_BENCH_SOAK_MS");
+    double soak_ms = 0.0;
+    char* soak_end = nullptr;
+    if (soak_env != nullptr && *soak_env != '\0') soak_ms = std::strtod(soak_env, &soak_end);
+    if (soak_end != nullptr && (*soak_end != '\0' || !(soak_ms >= 0.0 && soak_ms <= 60000.0))) {
+      throw_invalid("MEGAMOE_BENCH_SOAK_MS", "must be a number of milliseconds in [0, 60000]",
+                    soak_env);
+    }
     const char* fp8_env = std::getenv("MEGAMOE_BENCH_FP8_COMBINE");
     const bool fp8_combine = fp8_env != nullptr && std::string(fp8_env) == "1";
     const std::vector<std::int64_t> tokens = token_counts();
@@ -289,6 +323,18 @@ int main(int argc, char** argv) {
               stream.get(), kReplays, [&] { MEGAMOE_CU(d.cuGraphLaunch(full, stream.get())); });
           const double pre_ms = median_ms(stream.get(), kReplays,
                                           [&] { MEGAMOE_CU(d.cuGraphLaunch(pre, stream.get())); });
+          if (soak_ms > 0) {
+            double t[4];
+            long long calls[2];
+            soak(stream.get(), soak_ms, [&] { MEGAMOE_CU(d.cuGraphLaunch(full, stream.get())); },
+                 t[0], t[1], calls[0]);
+            soak(stream.get(), soak_ms, [&] { MEGAMOE_CU(d.cuGraphLaunch(pre, stream.get())); },
+                 t[2], t[3], calls[1]);
+            std::printf("SOAK %s %s %lld full %.6f %.6f pre %.6f %.6f calls %lld %lld\n",
+                        preset_name, rc.name, static_cast<long long>(T), t[0], t[1], t[2], t[3],
+                        calls[0], calls[1]);
+            std::fflush(stdout);
+          }
           d.cuGraphExecDestroy(full);
           d.cuGraphExecDestroy(pre);
           Row r;
