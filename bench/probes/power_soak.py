@@ -7,6 +7,8 @@
 # layer call. Usage (device):
 #   python3 bench/probes/power_soak.py OUT_PREFIX -- devbin/bench_nvfp4_mega_moe PREFIX
 # with the bench's own MEGAMOE_BENCH_* selection in the environment (SOAK_MS defaults to 1500).
+# Also reads the "SOAKW name t0 t1 launches bytes" lines of stream_probe (STREAM_PROBE_SOAK_MS):
+#   name | GB/s | SM MHz | W | power-cap share | pJ per byte read
 import calendar
 import os
 import statistics as st
@@ -19,6 +21,7 @@ out = sys.argv[1]
 cmd = sys.argv[sys.argv.index("--") + 1:]
 env = dict(os.environ)
 env.setdefault("MEGAMOE_BENCH_SOAK_MS", "1500")
+env.setdefault("STREAM_PROBE_SOAK_MS", "1500")
 query = "timestamp,clocks.sm,power.draw.instant,clocks_event_reasons.sw_power_cap,temperature.gpu"
 probe = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"],
                        capture_output=True, text=True)
@@ -56,6 +59,19 @@ def window(t0, t1):
 
 rows = []
 for line in bench.stdout.splitlines():
+    if line.startswith("SOAKW "):
+        f = line.split()
+        t0, t1, n, nbytes = float(f[2]), float(f[3]), int(f[4]), float(f[5])
+        w = window(t0, t1)
+        if not w:
+            rows.append(f"{f[1]}: no samples in the soak window")
+            continue
+        gbs = n * nbytes / (t1 - t0) / 1e9
+        watts = st.mean(s[2] for s in w)
+        rows.append(f"{f[1]} | {gbs:7.1f} GB/s | {st.median(s[1] for s in w):6.0f} MHz | "
+                    f"{watts:5.0f} W | cap {sum(s[3] for s in w) / len(w):4.2f} | "
+                    f"{watts / gbs * 1e3:6.1f} pJ/B | samples {len(w)}")
+        continue
     if not line.startswith("SOAK "):
         continue
     f = line.split()

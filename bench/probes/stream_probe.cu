@@ -4,8 +4,12 @@
 // and without integer work per word (a stand-in for the NVFP4 decode). Standalone; build with
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -o stream_probe stream_probe.cu
 // and run with no arguments: one line per variant, GB/s of bytes read, best of 5 launches.
+// STREAM_PROBE_SOAK_MS=N also relaunches each variant for N ms and prints
+// "SOAKW <variant> t0 t1 launches bytes_per_launch" (unix seconds) for bench/probes/power_soak.py:
+// the board power and SM clock of the stream alone (bench/NOTES.md, twentieth session).
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -146,6 +150,30 @@ __global__ void fill(uint4* p, long long n) {
                       static_cast<u32>(i >> 3) * 40503u, 0x3C3C3C3Cu ^ static_cast<u32>(i));
 }
 
+double unix_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Relaunches `launch` for STREAM_PROBE_SOAK_MS ms (if set) and prints its SOAKW line.
+template <class F>
+void soak(F launch, const char* label, double bytes) {
+  const char* env = std::getenv("STREAM_PROBE_SOAK_MS");
+  const double ms = env != nullptr ? std::atof(env) : 0.0;
+  if (ms <= 0) return;
+  long long n = 0;
+  const double t0 = unix_seconds();
+  double t1 = t0;
+  do {
+    for (int i = 0; i < 4; ++i) launch();
+    n += 4;
+    CK(cudaDeviceSynchronize());
+    t1 = unix_seconds();
+  } while ((t1 - t0) * 1e3 < ms);
+  std::printf("SOAKW %s %.6f %.6f %lld %.0f\n", label, t0, t1, n, bytes);
+  std::fflush(stdout);
+}
+
 template <class F>
 float best_ms(F launch) {
   cudaEvent_t a, b;
@@ -184,6 +212,9 @@ void run_ldg(int warps, int smem_kb) {
   const double bytes = total_warps * nblk * 1152.0;
   std::printf("ldg   ring %d warps %2d smem %3d KB work %2d : %7.1f GB/s\n", RING, warps, smem_kb,
               WORK, bytes / ms / 1e6);
+  char label[64];
+  std::snprintf(label, sizeof label, "ldg_r%d_w%d_s%d_work%d", RING, warps, smem_kb, WORK);
+  soak([&] { k<<<sms, warps * 32, smem_kb * 1024>>>(q, sf, nblk, sink); }, label, bytes);
 }
 
 template <int STAGES, int STAGE, int CW, int WORK>
@@ -195,6 +226,10 @@ void run_bulk() {
   const float ms = best_ms([&] { k<<<sms, 32 * (CW + 1), smem>>>(buf, per_cta, sink); });
   std::printf("bulk  %2d x %5d B consumers %2d work %2d      : %7.1f GB/s\n", STAGES, STAGE, CW,
               WORK, per_cta * static_cast<double>(sms) / ms / 1e6);
+  char label[64];
+  std::snprintf(label, sizeof label, "bulk_%dx%d_c%d_work%d", STAGES, STAGE, CW, WORK);
+  soak([&] { k<<<sms, 32 * (CW + 1), smem>>>(buf, per_cta, sink); }, label,
+       per_cta * static_cast<double>(sms));
 }
 
 int main() {
