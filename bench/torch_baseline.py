@@ -16,10 +16,17 @@ one JSON line per bench row, {"preset", "routing", "tokens", "top_k", "sets": [r
 above]}. Each row of --preset is timed like the bench times it: one CUDA graph that runs every set
 once, the median replay divided by the number of sets. Output lines name the bench's routing
 (uniform / zipf1.2 / masked20) and carry "routes": "bench".
+
+With MEGAMOE_BENCH_SOAK_MS=N in the environment each --route-sets row's graph is also replayed for
+N ms after timing, and a line "SOAKC torch_<preset>_<routing>_<T> t0 t1 layer_calls" (unix
+seconds) follows its JSON line, for bench/probes/power_soak.py: the baseline's steady-state time,
+SM clock and power beside the bench's (bench/NOTES.md, twentieth session).
 """
 import argparse
 import json
+import os
 import sys
+import time
 
 PRESETS = {  # hidden, intermediate, experts, top-k  (same table as src/core/presets.cpp)
     "h6144-e256-k8": (6144, 3072, 256, 8),
@@ -137,6 +144,22 @@ def time_graph(torch, fn, reps=50):
     return times[len(times) // 2]
 
 
+def soak_graph(torch, fn, ms):
+    """Replays fn's graph for `ms` milliseconds; returns (t0, t1, replays) in unix seconds."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    n = 0
+    t0 = t1 = time.time()
+    while (t1 - t0) * 1e3 < ms:
+        for _ in range(8):
+            graph.replay()
+        n += 8
+        torch.cuda.synchronize()
+        t1 = time.time()
+    return t0, t1, n
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--preset", default="dsv4-flash", choices=sorted(PRESETS))
@@ -207,6 +230,12 @@ def main():
         print(json.dumps({"preset": args.preset, "tokens": tokens, "routing": routing,
                           "baseline_us": round(us, 2), "impl": impl, "routes": "bench",
                           "sets": len(calls)}))
+        soak_ms = float(os.environ.get("MEGAMOE_BENCH_SOAK_MS") or 0)
+        if soak_ms > 0:
+            t0, t1, n = soak_graph(torch, lambda: [moe_grouped(torch, x, i, w, w13, w2)
+                                                   for x, i, w in calls], soak_ms)
+            print("SOAKC torch_%s_%s_%d %.6f %.6f %d" % (args.preset, routing, tokens, t0, t1,
+                                                         n * len(calls)))
         sys.stdout.flush()
     if bench_rows is not None:
         return 0

@@ -9,6 +9,8 @@
 # with the bench's own MEGAMOE_BENCH_* selection in the environment (SOAK_MS defaults to 1500).
 # Also reads the "SOAKW name t0 t1 launches bytes" lines of stream_probe (STREAM_PROBE_SOAK_MS):
 #   name | GB/s | SM MHz | W | power-cap share | pJ per byte read
+# and the "SOAKC name t0 t1 calls" lines of bench/torch_baseline.py (the PyTorch baseline):
+#   name | us/call | SM MHz | W | power-cap share | mJ/call
 import calendar
 import os
 import statistics as st
@@ -71,6 +73,19 @@ for line in bench.stdout.splitlines():
         rows.append(f"{f[1]} | {gbs:7.1f} GB/s | {st.median(s[1] for s in w):6.0f} MHz | "
                     f"{watts:5.0f} W | cap {sum(s[3] for s in w) / len(w):4.2f} | "
                     f"{watts / gbs * 1e3:6.1f} pJ/B | samples {len(w)}")
+        continue
+    if line.startswith("SOAKC "):
+        f = line.split()
+        t0, t1, n = float(f[2]), float(f[3]), int(f[4])
+        w = window(t0, t1)
+        if not w:
+            rows.append(f"{f[1]}: no samples in the soak window")
+            continue
+        per = (t1 - t0) / n
+        watts = st.mean(s[2] for s in w)
+        rows.append(f"{f[1]} | {per * 1e6:8.1f} us | {st.median(s[1] for s in w):6.0f} MHz | "
+                    f"{watts:5.0f} W | cap {sum(s[3] for s in w) / len(w):4.2f} | "
+                    f"{watts * per * 1e3:7.3f} mJ | samples {len(w)}")
         continue
     if not line.startswith("SOAK "):
         continue

@@ -19,6 +19,12 @@
 #                its own part): the bound of per-tile readiness for FC1
 #   nobar12      also the FC1 -> FC2 barrier and the FC2 decode's: every rank-local barrier but
 #                the last
+# and two that do one part TWICE on the same data (both kernels: block_mma is shared), whose energy
+# per call against the default's (power_soak.py) is that part's energy -- removing a part instead
+# changes the operands the rest sees (zeros or stale rows) and with them the power:
+#   mma2         every weight MMA issued twice into its accumulator
+#   dec2         every weight word decoded twice (a second decode of other bits, selected by a
+#                condition false at run time that the compiler cannot see)
 # (the last two tell apart what the FC1 phase costs: its barrier, its stores, or what its scratch
 # writes do to L2 and HBM for the FC1 units after it).
 # Run the bench on each with MEGAMOE_KERNEL_DIR=DEST/<name> (no local memory is used).
@@ -67,6 +73,21 @@ BAR_TOK1 = ("  grid_barrier(kPhaseTokens);\n  TokensReady::arrive();\n\n  // ---
 BAR_FC1 = ("  grid_barrier(kPhaseAfterFc1);\n", "")
 BAR_TOK2 = ("  grid_barrier(kPhaseTokens);\n  TokensReady::arrive();\n\n  // ---- phase 2:",
             "  TokensReady::arrive();\n\n  // ---- phase 2:")
+PIPE = os.path.join("megamoe", "impls", "sm90_nvfp4_mega_moe_pipelined.cuh")
+MMA2 = ("        ptx::mma_m16n8k16_f16(acc[nt], f.a0, f.a1, f.a2, f.a3, b0, b1);",
+        "        ptx::mma_m16n8k16_f16(acc[nt], f.a0, f.a1, f.a2, f.a3, b0, b1);\n"
+        "        ptx::mma_m16n8k16_f16(acc[nt], f.a0, f.a1, f.a2, f.a3, b0, b1);")
+DEC2 = ("""      const nvfp4::HalfFragment f =
+          nvfp4::decode_weight_word(words[q], nvfp4::scale_pair(sw, (q & 1) != 0));""",
+        """      const nvfp4::HalfFragment f1 =
+          nvfp4::decode_weight_word(words[q], nvfp4::scale_pair(sw, (q & 1) != 0));
+      const nvfp4::HalfFragment f2 =
+          nvfp4::decode_weight_word(words[q] ^ 0x5A5A5A5Au, nvfp4::scale_pair(sw, (q & 1) == 0));
+      const bool use2 = (static_cast<u32>(ptx::ctaid_x()) & 0x40000000u) != 0u;
+      const nvfp4::HalfFragment f{use2 ? f2.a0 : f1.a0, use2 ? f2.a1 : f1.a1,
+                                  use2 ? f2.a2 : f1.a2, use2 ? f2.a3 : f1.a3};""")
+# name -> (file, edits); the variants above edit the wide kernel's file
+PIPE_VARIANTS = {"mma2": [MMA2], "dec2": [DEC2]}
 VARIANTS = {
     "noepi1": [NOEPI1],
     "noepi2": [NOEPI2],
@@ -90,6 +111,15 @@ for name, edits in VARIANTS.items():
     shutil.rmtree(dst, ignore_errors=True)
     shutil.copytree(os.path.join(ROOT, "kernels"), dst)
     edit = SourceEdit(os.path.join(dst, "megamoe", "impls", "sm90_nvfp4_mega_moe_wide.cuh"))
+    for old, new in edits:
+        edit.sub(old, new)
+    edit.save()
+    print("wrote", dst)
+for name, edits in PIPE_VARIANTS.items():
+    dst = os.path.join(dest, name)
+    shutil.rmtree(dst, ignore_errors=True)
+    shutil.copytree(os.path.join(ROOT, "kernels"), dst)
+    edit = SourceEdit(os.path.join(dst, PIPE))
     for old, new in edits:
         edit.sub(old, new)
     edit.save()
