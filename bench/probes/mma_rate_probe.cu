@@ -8,12 +8,17 @@
 // one 16-byte vector per token group and two words, from the paired layout) and mode 5 wgmma with
 // one fence, commit and wait per 4 k16 steps -- the fair pair for deciding on wgmma
 // (bench/NOTES.md, nineteenth session: modes 0-2 load B as two 32-bit words per group and word).
+// MMA_PROBE_SOAK_MS=N relaunches modes 4 and 5 for N ms each and prints
+// "SOAKW mode<M>_nt<NT> t0 t1 launches words_per_launch word" for bench/probes/power_soak.py: energy
+// per weight word of the two forms at the board's power limit (bench/NOTES.md, twentieth session:
+// the layer is power-bound at T >= 16, the MMAs ~20-30 % of its energy at T = 512).
 // Standalone; build with
 //   nvcc -O3 -std=c++20 -gencode=arch=compute_90a,code=sm_90a -I kernels \
 //        -o mma_rate_probe bench/probes/mma_rate_probe.cu
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -302,6 +307,27 @@ Rate run(int sms, int passes, u32 lbo, u32 sbo, std::vector<float>& out) {
     const Rate r{static_cast<double>(mc) / (4.0 * passes * kSteps), mt / words_sm,
                  static_cast<double>(mc) / mt};
     if (r.ns_per_word_sm < best.ns_per_word_sm) best = r;
+  }
+  const char* soak_env = std::getenv("MMA_PROBE_SOAK_MS");
+  const double soak_ms = soak_env != nullptr ? std::atof(soak_env) : 0.0;
+  if ((MODE == 4 || MODE == 5) && soak_ms > 0) {
+    auto now = [] {
+      return std::chrono::duration<double>(
+                 std::chrono::system_clock::now().time_since_epoch())
+          .count();
+    };
+    long long launches = 0;
+    const double t0 = now();
+    double t1 = t0;
+    do {
+      rate_kernel<MODE, NT><<<sms, kWarps * 32, smem>>>(passes, 12345u, lbo, sbo, sums, cyc, ns);
+      CK(cudaDeviceSynchronize());
+      ++launches;
+      t1 = now();
+    } while ((t1 - t0) * 1e3 < soak_ms);
+    std::printf("SOAKW mode%d_nt%d %.6f %.6f %lld %.0f word\n", MODE, NT, t0, t1, launches,
+                static_cast<double>(sms) * kWarps * passes * kSteps);
+    std::fflush(stdout);
   }
   out.resize(n);
   CK(cudaMemcpy(out.data(), sums, n * sizeof(float), cudaMemcpyDeviceToHost));

@@ -7,8 +7,9 @@
 # layer call. Usage (device):
 #   python3 bench/probes/power_soak.py OUT_PREFIX -- devbin/bench_nvfp4_mega_moe PREFIX
 # with the bench's own MEGAMOE_BENCH_* selection in the environment (SOAK_MS defaults to 1500).
-# Also reads the "SOAKW name t0 t1 launches bytes" lines of stream_probe (STREAM_PROBE_SOAK_MS):
-#   name | GB/s | SM MHz | W | power-cap share | pJ per byte read
+# Also reads the "SOAKW name t0 t1 launches units [unit]" lines of stream_probe
+# (STREAM_PROBE_SOAK_MS; bytes read) and mma_rate_probe (MMA_PROBE_SOAK_MS; weight words):
+#   name | G units/s | SM MHz | W | power-cap share | pJ per unit
 # and the "SOAKC name t0 t1 calls" lines of bench/torch_baseline.py (the PyTorch baseline):
 #   name | us/call | SM MHz | W | power-cap share | mJ/call
 import calendar
@@ -64,15 +65,16 @@ for line in bench.stdout.splitlines():
     if line.startswith("SOAKW "):
         f = line.split()
         t0, t1, n, nbytes = float(f[2]), float(f[3]), int(f[4]), float(f[5])
+        unit = f[6] if len(f) > 6 else "B"
         w = window(t0, t1)
         if not w:
             rows.append(f"{f[1]}: no samples in the soak window")
             continue
         gbs = n * nbytes / (t1 - t0) / 1e9
         watts = st.mean(s[2] for s in w)
-        rows.append(f"{f[1]} | {gbs:7.1f} GB/s | {st.median(s[1] for s in w):6.0f} MHz | "
+        rows.append(f"{f[1]} | {gbs:7.1f} G{unit}/s | {st.median(s[1] for s in w):6.0f} MHz | "
                     f"{watts:5.0f} W | cap {sum(s[3] for s in w) / len(w):4.2f} | "
-                    f"{watts / gbs * 1e3:6.1f} pJ/B | samples {len(w)}")
+                    f"{watts / gbs * 1e3:6.1f} pJ/{unit} | samples {len(w)}")
         continue
     if line.startswith("SOAKC "):
         f = line.split()
