@@ -117,8 +117,7 @@ void fill(const Helpers& h, CUdeviceptr p, std::size_t bytes, unsigned seed, boo
 }
 
 double unix_seconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 // Launches `body` in batches of 8 until `ms` of wall time have passed (synchronizing after each
@@ -326,10 +325,12 @@ int main(int argc, char** argv) {
           if (soak_ms > 0) {
             double t[4];
             long long calls[2];
-            soak(stream.get(), soak_ms, [&] { MEGAMOE_CU(d.cuGraphLaunch(full, stream.get())); },
-                 t[0], t[1], calls[0]);
-            soak(stream.get(), soak_ms, [&] { MEGAMOE_CU(d.cuGraphLaunch(pre, stream.get())); },
-                 t[2], t[3], calls[1]);
+            soak(
+                stream.get(), soak_ms, [&] { MEGAMOE_CU(d.cuGraphLaunch(full, stream.get())); },
+                t[0], t[1], calls[0]);
+            soak(
+                stream.get(), soak_ms, [&] { MEGAMOE_CU(d.cuGraphLaunch(pre, stream.get())); },
+                t[2], t[3], calls[1]);
             std::printf("SOAK %s %s %lld full %.6f %.6f pre %.6f %.6f calls %lld %lld\n",
                         preset_name, rc.name, static_cast<long long>(T), t[0], t[1], t[2], t[3],
                         calls[0], calls[1]);

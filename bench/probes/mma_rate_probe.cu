@@ -9,9 +9,9 @@
 // one fence, commit and wait per 4 k16 steps -- the fair pair for deciding on wgmma
 // (bench/NOTES.md, nineteenth session: modes 0-2 load B as two 32-bit words per group and word).
 // MMA_PROBE_SOAK_MS=N relaunches modes 4 and 5 for N ms each and prints
-// "SOAKW mode<M>_nt<NT> t0 t1 launches words_per_launch word" for bench/probes/power_soak.py: energy
-// per weight word of the two forms at the board's power limit (bench/NOTES.md, twentieth session:
-// the layer is power-bound at T >= 16, the MMAs ~20-30 % of its energy at T = 512).
+// "SOAKW mode<M>_nt<NT> t0 t1 launches words_per_launch word" for bench/probes/power_soak.py:
+// energy per weight word of the two forms at the board's power limit (bench/NOTES.md, twentieth
+// session: the layer is power-bound at T >= 16, the MMAs ~20-30 % of its energy at T = 512).
 // Standalone; build with
 //   nvcc -O3 -std=c++20 -gencode=arch=compute_90a,code=sm_90a -I kernels \
 //        -o mma_rate_probe bench/probes/mma_rate_probe.cu
@@ -312,8 +312,7 @@ Rate run(int sms, int passes, u32 lbo, u32 sbo, std::vector<float>& out) {
   const double soak_ms = soak_env != nullptr ? std::atof(soak_env) : 0.0;
   if ((MODE == 4 || MODE == 5) && soak_ms > 0) {
     auto now = [] {
-      return std::chrono::duration<double>(
-                 std::chrono::system_clock::now().time_since_epoch())
+      return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
           .count();
     };
     long long launches = 0;

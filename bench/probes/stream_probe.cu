@@ -151,8 +151,7 @@ __global__ void fill(uint4* p, long long n) {
 }
 
 double unix_seconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 // Relaunches `launch` for STREAM_PROBE_SOAK_MS ms (if set) and prints its SOAKW line.
