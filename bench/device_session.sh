@@ -3,8 +3,10 @@
 # under OUT, printing a short summary last. Builds nothing (binaries come from scripts/devbin.sh).
 #
 #   bench/device_session.sh BIN OUT STAGE...
-#   stages: tests nvfp4[-simple|-pipelined] bench[-simple|-pipelined] predispatch sanitizer demo multigpu
-#           python
+#   stages: tests nvfp4[-simple|-pipelined] bench[-simple|-pipelined] soak predispatch sanitizer demo
+#           multigpu python
+#   (soak: the bench's uniform rows in steady state, 1 s of replays a row beside nvidia-smi:
+#   bench/probes/power_soak.py; run it after `bench`, whose timed rows it would otherwise heat)
 set -u
 B=$1
 OUT_DIR=$2
@@ -65,6 +67,13 @@ for stage in "$@"; do
       fi
       echo "rc=$?" >>"$S"
       [ -f "$O/nvfp4_$v.md" ] && grep -E "uniform|HBM" "$O/nvfp4_$v.md" >>"$S" ;;
+    soak)
+      MEGAMOE_BENCH_SOAK_MS=1000 MEGAMOE_BENCH_ROUTINGS=uniform timeout 200 python3 \
+        bench/probes/power_soak.py "$O/soak" -- "$B/bench_nvfp4_mega_moe" "$O/soak_table" \
+        >/dev/null 2>"$O/soak.err"
+      echo "rc=$?" >>"$S"
+      cat "$O/soak.txt" >>"$S" 2>/dev/null
+      tail -2 "$O/soak.err" >>"$S" ;;
     predispatch)
       timeout 90 "$B/bench_pre_dispatch" "$O/pre_dispatch_h7168.md" >"$O/pre_dispatch.log" 2>&1
       echo "rc=$?" >>"$S"
