@@ -181,6 +181,7 @@ struct Row {
   std::int64_t tokens = 0;
   int block_m = 0;
   double us = 0, floor_us = 0, tbs = 0, experts_hit = 0;
+  double steady_us = 0;  // per call over the soak windows (MEGAMOE_BENCH_SOAK_MS), else 0
 };
 
 }  // namespace
@@ -322,9 +323,9 @@ int main(int argc, char** argv) {
               stream.get(), kReplays, [&] { MEGAMOE_CU(d.cuGraphLaunch(full, stream.get())); });
           const double pre_ms = median_ms(stream.get(), kReplays,
                                           [&] { MEGAMOE_CU(d.cuGraphLaunch(pre, stream.get())); });
+          double t[4] = {0, 0, 0, 0};
+          long long calls[2] = {0, 0};
           if (soak_ms > 0) {
-            double t[4];
-            long long calls[2];
             soak(
                 stream.get(), soak_ms, [&] { MEGAMOE_CU(d.cuGraphLaunch(full, stream.get())); },
                 t[0], t[1], calls[0]);
@@ -344,6 +345,11 @@ int main(int argc, char** argv) {
           r.tokens = T;
           r.block_m = get_block_m_for_mega_moe(c, T);
           r.us = (full_ms - pre_ms) * 1000.0 / kSets;
+          if (calls[0] > 0 && calls[1] > 0) {
+            r.steady_us = ((t[1] - t[0]) / static_cast<double>(calls[0]) -
+                           (t[3] - t[2]) / static_cast<double>(calls[1])) *
+                          1e6 / kSets;
+          }
           r.experts_hit = hit / kSets;
           const double bytes = r.experts_hit * expert_bytes;
           r.floor_us = bytes / (bw_tbs * 1e12) * 1e6;
@@ -370,21 +376,35 @@ int main(int argc, char** argv) {
                      std::to_string(props.driver_version) + ", SMs " +
                      std::to_string(get_num_sms()) +
                      "\n\nHBM read bandwidth (this run): " + std::to_string(bw_tbs) + " TB/s\n\n" +
+                     (soak_ms > 0 ? "Steady: per call over MEGAMOE_BENCH_SOAK_MS of replays after "
+                                    "the timed ones (the board at its power limit from T = 16 on; "
+                                    "bench/NOTES.md, twentieth session).\n\n"
+                                  : "") +
                      "| preset | routing | T | BLOCK_M | experts hit | time (us) | floor (us) | "
-                     "TB/s | time/floor |\n"
-                     "|---|---|---|---|---|---|---|---|---|\n";
-    std::string csv = "preset,routing,tokens,block_m,experts_hit,time_us,floor_us,tbs,ratio\n";
+                     "TB/s | time/floor |" +
+                     (soak_ms > 0 ? " steady (us) | steady/floor |\n" : "\n") +
+                     "|---|---|---|---|---|---|---|---|---|" + (soak_ms > 0 ? "---|---|\n" : "\n");
+    std::string csv =
+        std::string("preset,routing,tokens,block_m,experts_hit,time_us,floor_us,tbs,") +
+        (soak_ms > 0 ? "ratio,steady_us,steady_ratio\n" : "ratio\n");
     char line[512];
     for (const Row& r : rows) {
-      std::snprintf(line, sizeof line,
-                    "| %s | %s | %lld | %d | %.1f | %.1f | %.1f | %.2f | %.2f |\n",
+      std::snprintf(line, sizeof line, "| %s | %s | %lld | %d | %.1f | %.1f | %.1f | %.2f | %.2f |",
                     r.preset.c_str(), r.routing.c_str(), static_cast<long long>(r.tokens),
                     r.block_m, r.experts_hit, r.us, r.floor_us, r.tbs, r.us / r.floor_us);
       md += line;
-      std::snprintf(line, sizeof line, "%s,%s,%lld,%d,%.2f,%.2f,%.2f,%.3f,%.3f\n", r.preset.c_str(),
+      std::snprintf(line, sizeof line, "%s,%s,%lld,%d,%.2f,%.2f,%.2f,%.3f,%.3f", r.preset.c_str(),
                     r.routing.c_str(), static_cast<long long>(r.tokens), r.block_m, r.experts_hit,
                     r.us, r.floor_us, r.tbs, r.us / r.floor_us);
       csv += line;
+      if (soak_ms > 0) {
+        std::snprintf(line, sizeof line, " %.1f | %.2f |", r.steady_us, r.steady_us / r.floor_us);
+        md += line;
+        std::snprintf(line, sizeof line, ",%.2f,%.3f", r.steady_us, r.steady_us / r.floor_us);
+        csv += line;
+      }
+      md += "\n";
+      csv += "\n";
     }
     if (routes_file != nullptr && std::fclose(routes_file.release()) != 0) {
       throw_invalid("MEGAMOE_BENCH_ROUTES", "the file could not be completed", "");
