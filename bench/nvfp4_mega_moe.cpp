@@ -22,7 +22,9 @@
 // seconds; c1 / c2 graph launches), so that a sampler beside the process (nvidia-smi,
 // bench/probes/power_soak.py) can read the SM clock and board power in steady state: the layer
 // runs into the board's power limit at large T (bench/NOTES.md, twentieth session), where the
-// timed replays of a row are too short for the driver's power readings.
+// timed replays of a row are too short for the driver's power readings. The table then gains the
+// steady time per call and its ratio; the copies-only window, which draws little power, lets the
+// clock recover before the next row is timed.
 // MEGAMOE_BENCH_ROUTES=FILE writes each row's kSets routings there, one JSON line per row:
 // {"preset", "routing", "tokens", "top_k", "sets": [reference::routing_json of each set]}, so that
 // bench/torch_baseline.py --route-sets times the PyTorch baseline on the same routings.
