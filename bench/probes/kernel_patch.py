@@ -33,3 +33,21 @@ class SourceEdit:
     def save(self):
         with open(self.path, "w") as f:
             f.write(self.text)
+
+
+WIDE = os.path.join("megamoe", "impls", "sm90_nvfp4_mega_moe_wide.cuh")
+
+
+def write_variant(dest, name, edits_by_file):
+    """A copy of the repository's kernels/ at dest/name with each file's (old, new) edits
+    applied ({path under kernels/: [(old, new), ...]})."""
+    dst = os.path.join(dest, name)
+    shutil.rmtree(dst, ignore_errors=True)
+    shutil.copytree(os.path.join(ROOT, "kernels"), dst)
+    for path, edits in edits_by_file.items():
+        edit = SourceEdit(os.path.join(dst, path))
+        for old, new in edits:
+            edit.sub(old, new)
+        edit.save()
+    print("wrote", dst)
+    return dst

@@ -30,11 +30,10 @@
 # Run the bench on each with MEGAMOE_KERNEL_DIR=DEST/<name> (no local memory is used).
 #   python3 bench/probes/wide_ablation.py [DEST]
 import os
-import shutil
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from kernel_patch import ROOT, SourceEdit  # noqa: E402
+from kernel_patch import ROOT, WIDE, write_variant  # noqa: E402
 
 KEEP = "if (acc[0][0] == 1.2345e-30f) s.y[threadIdx.x] = acc[0][1] + acc[0][2] + acc[0][3]"
 NOEPI1 = ("""      fc1_store_by_pairs<ACT, NS, BM, kGroup, kRound, RB != 2>(
@@ -107,20 +106,6 @@ VARIANTS = {
 
 dest = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build", "wide_ablation")
 for name, edits in VARIANTS.items():
-    dst = os.path.join(dest, name)
-    shutil.rmtree(dst, ignore_errors=True)
-    shutil.copytree(os.path.join(ROOT, "kernels"), dst)
-    edit = SourceEdit(os.path.join(dst, "megamoe", "impls", "sm90_nvfp4_mega_moe_wide.cuh"))
-    for old, new in edits:
-        edit.sub(old, new)
-    edit.save()
-    print("wrote", dst)
+    write_variant(dest, name, {WIDE: edits})
 for name, edits in PIPE_VARIANTS.items():
-    dst = os.path.join(dest, name)
-    shutil.rmtree(dst, ignore_errors=True)
-    shutil.copytree(os.path.join(ROOT, "kernels"), dst)
-    edit = SourceEdit(os.path.join(dst, PIPE))
-    for old, new in edits:
-        edit.sub(old, new)
-    edit.save()
-    print("wrote", dst)
+    write_variant(dest, name, {PIPE: edits})

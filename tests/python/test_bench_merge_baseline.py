@@ -1,23 +1,12 @@
 """bench/merge_baseline.py: baseline timings join the bench table by (preset, routing, T)."""
 
 import csv
-import importlib.util
 import json
-import pathlib
 import random
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 
-
-def load_merge():
-    spec = importlib.util.spec_from_file_location("merge_baseline", ROOT / "bench/merge_baseline.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def test_merge_matches_routings_and_reports_gaps(tmp_path):
-    merge = load_merge()
+def test_merge_matches_routings_and_reports_gaps(tmp_path, load_script):
+    merge = load_script("bench/merge_baseline.py")
     rnd = random.Random()
     prefix = str(tmp_path / "table")
     rows = []

@@ -1,18 +1,7 @@
 """bench/probes/power_soak.py: soak windows of the bench and the probes against nvidia-smi samples."""
 
-import importlib.util
-import pathlib
 import random
 import time
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-
-
-def load():
-    spec = importlib.util.spec_from_file_location("power_soak", ROOT / "bench/probes/power_soak.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def smi_line(t, mhz, watts, capped, celsius):
@@ -21,8 +10,8 @@ def smi_line(t, mhz, watts, capped, celsius):
            f"{'Active' if capped else 'Not Active'}, {celsius}"
 
 
-def test_windows_power_clock_and_energy():
-    ps = load()
+def test_windows_power_clock_and_energy(load_script):
+    ps = load_script("bench/probes/power_soak.py")
     rnd = random.Random()
     base = 1796057000 + rnd.randrange(100000)  # unix seconds, whole
     full_w, pre_w = rnd.uniform(600, 700), rnd.uniform(100, 200)
@@ -61,8 +50,8 @@ def test_windows_power_clock_and_energy():
     assert rows[4] == "outside: no samples in the soak window"
 
 
-def test_usage_error_without_separator():
-    ps = load()
+def test_usage_error_without_separator(load_script):
+    ps = load_script("bench/probes/power_soak.py")
     try:
         ps.main(["power_soak.py", "out", "prog"])
     except SystemExit as e:
