@@ -122,18 +122,23 @@ double unix_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-// Launches `body` in batches of 8 until `ms` of wall time have passed (synchronizing after each
-// batch); returns {start, end} in unix seconds and the launch count.
+// Launches `body` in batches of 8 until `ms` of wall time have passed, the next batch queued
+// before the host waits for the previous one (so the GPU never idles between batches); sets t0 /
+// t1 (unix seconds, the first launch and the end of the last) and the launch count.
 template <class Body>
 void soak(CUstream stream, double ms, Body&& body, double& t0, double& t1, long long& calls) {
+  runtime::Event done[2];
   calls = 0;
   t0 = unix_seconds();
-  do {
+  for (int batch = 0;; ++batch) {
     for (int i = 0; i < 8; ++i) body();
     calls += 8;
-    MEGAMOE_CU(cuda::driver().cuStreamSynchronize(stream));
-    t1 = unix_seconds();
-  } while ((t1 - t0) * 1e3 < ms);
+    done[batch & 1].record(stream);
+    if (batch > 0) done[(batch - 1) & 1].synchronize();
+    if ((unix_seconds() - t0) * 1e3 >= ms) break;
+  }
+  MEGAMOE_CU(cuda::driver().cuStreamSynchronize(stream));
+  t1 = unix_seconds();
 }
 
 template <class Body>

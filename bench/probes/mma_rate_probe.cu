@@ -315,15 +315,23 @@ Rate run(int sms, int passes, u32 lbo, u32 sbo, std::vector<float>& out) {
       return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
           .count();
     };
+    // The next launch queued before the host waits for the previous one.
+    cudaEvent_t done[2];
+    CK(cudaEventCreate(&done[0]));
+    CK(cudaEventCreate(&done[1]));
     long long launches = 0;
     const double t0 = now();
-    double t1 = t0;
-    do {
+    for (;; ++launches) {
       rate_kernel<MODE, NT><<<sms, kWarps * 32, smem>>>(passes, 12345u, lbo, sbo, sums, cyc, ns);
-      CK(cudaDeviceSynchronize());
-      ++launches;
-      t1 = now();
-    } while ((t1 - t0) * 1e3 < soak_ms);
+      CK(cudaEventRecord(done[launches & 1]));
+      if (launches > 0) CK(cudaEventSynchronize(done[(launches - 1) & 1]));
+      if ((now() - t0) * 1e3 >= soak_ms) break;
+    }
+    ++launches;
+    CK(cudaDeviceSynchronize());
+    const double t1 = now();
+    CK(cudaEventDestroy(done[0]));
+    CK(cudaEventDestroy(done[1]));
     std::printf("SOAKW mode%d_nt%d %.6f %.6f %lld %.0f word\n", MODE, NT, t0, t1, launches,
                 static_cast<double>(sms) * kWarps * passes * kSteps);
     std::fflush(stdout);

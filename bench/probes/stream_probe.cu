@@ -160,15 +160,23 @@ void soak(F launch, const char* label, double bytes) {
   const char* env = std::getenv("STREAM_PROBE_SOAK_MS");
   const double ms = env != nullptr ? std::atof(env) : 0.0;
   if (ms <= 0) return;
+  // Batches of 4 launches, the next queued before the host waits for the previous one.
+  cudaEvent_t done[2];
+  CK(cudaEventCreate(&done[0]));
+  CK(cudaEventCreate(&done[1]));
   long long n = 0;
   const double t0 = unix_seconds();
-  double t1 = t0;
-  do {
+  for (int batch = 0;; ++batch) {
     for (int i = 0; i < 4; ++i) launch();
     n += 4;
-    CK(cudaDeviceSynchronize());
-    t1 = unix_seconds();
-  } while ((t1 - t0) * 1e3 < ms);
+    CK(cudaEventRecord(done[batch & 1]));
+    if (batch > 0) CK(cudaEventSynchronize(done[(batch - 1) & 1]));
+    if ((unix_seconds() - t0) * 1e3 >= ms) break;
+  }
+  CK(cudaDeviceSynchronize());
+  const double t1 = unix_seconds();
+  CK(cudaEventDestroy(done[0]));
+  CK(cudaEventDestroy(done[1]));
   std::printf("SOAKW %s %.6f %.6f %lld %.0f\n", label, t0, t1, n, bytes);
   std::fflush(stdout);
 }
