@@ -108,8 +108,11 @@ def main(argv):
     for var in ("MEGAMOE_BENCH_SOAK_MS", "STREAM_PROBE_SOAK_MS", "MMA_PROBE_SOAK_MS"):
         env.setdefault(var, "1500")
     query = QUERY
-    probe = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"],
-                           capture_output=True, text=True)
+    try:
+        probe = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"],
+                               capture_output=True, text=True)
+    except FileNotFoundError:
+        sys.exit("power_soak.py: nvidia-smi not found (it samples a GPU machine's clock and power)")
     if probe.returncode != 0:  # older drivers: no instant reading
         query = query.replace("power.draw.instant", "power.draw")
     with open(out + ".smi.csv", "w") as smi_file:

@@ -58,3 +58,14 @@ def test_usage_error_without_separator(load_script):
         assert "usage" in str(e)
     else:
         raise AssertionError("no usage error")
+
+
+def test_clear_error_without_nvidia_smi(load_script, monkeypatch, tmp_path):
+    ps = load_script("bench/probes/power_soak.py")
+    monkeypatch.setenv("PATH", str(tmp_path))  # an empty folder: no nvidia-smi on it
+    try:
+        ps.main(["power_soak.py", str(tmp_path / "out"), "--", "true"])
+    except SystemExit as e:
+        assert "nvidia-smi not found" in str(e)
+    else:
+        raise AssertionError("no error without nvidia-smi")
