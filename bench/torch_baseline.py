@@ -184,6 +184,14 @@ def main():
     if args.routes is not None and args.route_sets is not None:
         print(json.dumps({"error": "--routes and --route-sets name different routings; give one"}))
         return 1
+    try:
+        soak_ms = float(os.environ.get("MEGAMOE_BENCH_SOAK_MS") or 0)
+    except ValueError:
+        soak_ms = -1.0
+    if not 0 <= soak_ms <= 60000:
+        print(json.dumps({"error": "MEGAMOE_BENCH_SOAK_MS must be a number of milliseconds in "
+                                   "[0, 60000], got %r" % os.environ.get("MEGAMOE_BENCH_SOAK_MS")}))
+        return 1
     bench_rows = None
     if args.route_sets is not None:
         try:
@@ -238,7 +246,6 @@ def main():
         print(json.dumps({"preset": args.preset, "tokens": tokens, "routing": routing,
                           "baseline_us": round(us, 2), "impl": impl, "routes": "bench",
                           "sets": len(calls)}))
-        soak_ms = float(os.environ.get("MEGAMOE_BENCH_SOAK_MS") or 0)
         if soak_ms > 0:
             t0, t1, n = soak_graph(torch, lambda: [moe_grouped(torch, x, i, w, w13, w2)
                                                    for x, i, w in calls], soak_ms)
