@@ -50,6 +50,7 @@
 #include "megamoe/pre_dispatch.hpp"
 #include "megamoe/presets.hpp"
 #include "megamoe/reference.hpp"
+#include "runtime/back_to_back.hpp"
 #include "runtime/bandwidth_probe.hpp"
 #include "runtime/cuda_driver.hpp"
 #include "runtime/device_memory.hpp"
@@ -122,22 +123,14 @@ double unix_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-// Launches `body` in batches of 8 until `ms` of wall time have passed, the next batch queued
-// before the host waits for the previous one (so the GPU never idles between batches); sets t0 /
-// t1 (unix seconds, the first launch and the end of the last) and the launch count.
+// Launches `body` in batches of 8, back to back for `ms` of wall time; sets t0 / t1 (unix seconds:
+// before the first launch, after the last completed) and the launch count.
 template <class Body>
 void soak(CUstream stream, double ms, Body&& body, double& t0, double& t1, long long& calls) {
-  runtime::Event done[2];
-  calls = 0;
   t0 = unix_seconds();
-  for (int batch = 0;; ++batch) {
-    for (int i = 0; i < 8; ++i) body();
-    calls += 8;
-    done[batch & 1].record(stream);
-    if (batch > 0) done[(batch - 1) & 1].synchronize();
-    if ((unix_seconds() - t0) * 1e3 >= ms) break;
-  }
-  MEGAMOE_CU(cuda::driver().cuStreamSynchronize(stream));
+  calls = 8 * runtime::run_back_to_back(stream, ms / 1e3, [&] {
+            for (int i = 0; i < 8; ++i) body();
+          });
   t1 = unix_seconds();
 }
 

@@ -21,6 +21,7 @@
 #include "megamoe/nvfp4_mega_moe.hpp"
 #include "megamoe/pre_dispatch.hpp"
 #include "megamoe/reference.hpp"
+#include "runtime/back_to_back.hpp"
 #include "runtime/bandwidth_probe.hpp"
 #include "runtime/cuda_driver.hpp"
 #include "runtime/device_memory.hpp"
@@ -118,24 +119,15 @@ double graph_median_us(CUstream stream, int reps, Body&& body) {
 // below its maximum, so a median of a few replays after an idle moment reads faster than a
 // stream of layers runs (bench/NOTES.md, twentieth session).
 double graph_steady_us(CUstream stream, const CallGraph& graph, double seconds) {
-  using Clock = std::chrono::steady_clock;
-  // Batches of 8 replays, the next queued before the host waits for the previous one, so that
-  // the GPU never idles between them.
   auto run_for = [&](double s) {
-    runtime::Event a, b, done[2];
-    long long replays = 0;
+    runtime::Event a, b;
     a.record(stream);
-    const auto t0 = Clock::now();
-    for (int batch = 0;; ++batch) {
+    const long long batches = runtime::run_back_to_back(stream, s, [&] {
       for (int i = 0; i < 8; ++i) graph.launch();
-      replays += 8;
-      done[batch & 1].record(stream);
-      if (batch > 0) done[(batch - 1) & 1].synchronize();
-      if (std::chrono::duration<double>(Clock::now() - t0).count() >= s) break;
-    }
+    });
     b.record(stream);
     b.synchronize();
-    return 1000.0 * b.elapsed_ms_since(a) / static_cast<double>(replays * kCallsPerGraph);
+    return 1000.0 * b.elapsed_ms_since(a) / static_cast<double>(batches * 8 * kCallsPerGraph);
   };
   run_for(1.0);
   return run_for(seconds);
