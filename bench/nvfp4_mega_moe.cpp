@@ -25,6 +25,7 @@
 // timed replays of a row are too short for the driver's power readings. The table then gains the
 // steady time per call and its ratio; the copies-only window, which draws little power, lets the
 // clock recover before the next row is timed.
+// The steady time includes the power controller's first ~0.1-0.2 s: give 1000 ms or more.
 // MEGAMOE_BENCH_ROUTES=FILE writes each row's kSets routings there, one JSON line per row:
 // {"preset", "routing", "tokens", "top_k", "sets": [reference::routing_json of each set]}, so that
 // bench/torch_baseline.py --route-sets times the PyTorch baseline on the same routings.
