@@ -16,6 +16,9 @@
 //   MEGAMOE_BENCH_PRESETS=dsv4-flash  MEGAMOE_BENCH_ROUTINGS=uniform  MEGAMOE_BENCH_TOKENS=1,128
 // MEGAMOE_BENCH_TOKENS may also name other token counts (1..8192, e.g. the edges of a BLOCK_M
 // regime: 384,682); T_max is then the largest count.
+// MEGAMOE_BENCH_ZIPF=0.8,1.0 adds Zipf-skewed routings of those exponents (rows "zipf0.8", ...).
+// Where a call has a tile choice on the device (get_device_choice_block_m_for_mega_moe), the
+// BLOCK_M column reads "8 / 32 (k of 8)": k of the row's routing sets ran the alternative.
 // MEGAMOE_BENCH_FP8_COMBINE=1 times the layer with FP8 combine slots (config.fp8_combine).
 // MEGAMOE_BENCH_SOAK_MS=N replays each row's graph for N ms more after timing it, then the copies'
 // graph alone for N ms, and prints "SOAK preset routing T full t0 t1 pre t2 t3 calls c1 c2" (unix
@@ -37,6 +40,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -181,6 +185,8 @@ struct Row {
   std::string preset, routing;
   std::int64_t tokens = 0;
   int block_m = 0;
+  int device_block_m = 0;  // the device's alternative tile where the call had a choice, else 0
+  int device_sets = 0;     // routing sets (of kSets) whose calls ran it
   double us = 0, floor_us = 0, tbs = 0, experts_hit = 0;
   double steady_us = 0;  // per call over the soak windows (MEGAMOE_BENCH_SOAK_MS), else 0
 };
@@ -219,10 +225,31 @@ int main(int argc, char** argv) {
         throw_invalid("MEGAMOE_BENCH_ROUTES", "must name a file the bench can write", v);
       }
     }
-    const std::vector<RoutingCase> routings = {
-        {"uniform", {}},
-        {"zipf1.2", {reference::RoutingSkew::zipf, 1.2, 0.0}},
-        {"masked20", {reference::RoutingSkew::uniform, 1.2, 0.2}}};
+    std::vector<RoutingCase> routings = {{"uniform", {}},
+                                         {"zipf1.2", {reference::RoutingSkew::zipf, 1.2, 0.0}},
+                                         {"masked20", {reference::RoutingSkew::uniform, 1.2, 0.2}}};
+    // MEGAMOE_BENCH_ZIPF=0.6,0.8,...: further Zipf exponents, as routings "zipf<value>".
+    std::vector<std::string> zipf_names;  // outlives `routings`, which points into it
+    std::vector<double> zipf_exponents;
+    if (const char* v = std::getenv("MEGAMOE_BENCH_ZIPF"); v != nullptr && *v != '\0') {
+      const std::string list(v);
+      for (std::size_t at = 0; at <= list.size();) {
+        const std::size_t end = std::min(list.find(',', at), list.size());
+        const std::string item = list.substr(at, end - at);
+        char* stop = nullptr;
+        const double x = std::strtod(item.c_str(), &stop);
+        if (item.empty() || *stop != '\0' || !(x >= 0.0 && x <= 4.0)) {
+          throw_invalid("MEGAMOE_BENCH_ZIPF", "each item must be an exponent in [0, 4]", item);
+        }
+        zipf_names.push_back("zipf" + item);
+        zipf_exponents.push_back(x);
+        at = end + 1;
+      }
+    }
+    for (std::size_t i = 0; i < zipf_names.size(); ++i) {
+      routings.push_back(
+          {zipf_names[i].c_str(), {reference::RoutingSkew::zipf, zipf_exponents[i], 0.0}});
+    }
 
     for (const char* preset_name : {"dsv4-flash", "h6144-e256-k8"}) {
       if (!selected("MEGAMOE_BENCH_PRESETS", preset_name)) continue;
@@ -306,8 +333,17 @@ int main(int argc, char** argv) {
                              std::span<const Nvfp4MoEOutputs>(&outputs[us_], 1), stream.get());
             }
           };
-          // Eager once (compiles), then capture both graphs.
-          for (int s = 0; s < kSets; ++s) layer(s, true);
+          // Eager once (compiles; and where the call has a tile choice on the device, which tile
+          // each routing set ran), then capture both graphs.
+          const std::optional<int> device_bm = get_device_choice_block_m_for_mega_moe(c, T);
+          int device_sets = 0;
+          for (int s = 0; s < kSets; ++s) {
+            layer(s, true);
+            if (device_bm) {
+              stream.synchronize();
+              device_sets += nvfp4_tile_choice_of_last_call(buffer, 0) == *device_bm ? 1 : 0;
+            }
+          }
           stream.synchronize();
           auto capture = [&](bool moe) {
             CUgraph g = nullptr;
@@ -345,6 +381,8 @@ int main(int argc, char** argv) {
           r.routing = rc.name;
           r.tokens = T;
           r.block_m = get_block_m_for_mega_moe(c, T);
+          r.device_block_m = device_bm.value_or(0);
+          r.device_sets = device_sets;
           r.us = (full_ms - pre_ms) * 1000.0 / kSets;
           if (calls[0] > 0 && calls[1] > 0) {
             r.steady_us = ((t[1] - t[0]) / static_cast<double>(calls[0]) -
@@ -386,17 +424,29 @@ int main(int argc, char** argv) {
                      (soak_ms > 0 ? " steady (us) | steady/floor |\n" : "\n") +
                      "|---|---|---|---|---|---|---|---|---|" + (soak_ms > 0 ? "---|---|\n" : "\n");
     std::string csv =
-        std::string("preset,routing,tokens,block_m,experts_hit,time_us,floor_us,tbs,") +
+        std::string(
+            "preset,routing,tokens,block_m,device_block_m,device_sets,experts_hit,time_us,"
+            "floor_us,tbs,") +
         (soak_ms > 0 ? "ratio,steady_us,steady_ratio\n" : "ratio\n");
     char line[512];
     for (const Row& r : rows) {
-      std::snprintf(line, sizeof line, "| %s | %s | %lld | %d | %.1f | %.1f | %.1f | %.2f | %.2f |",
-                    r.preset.c_str(), r.routing.c_str(), static_cast<long long>(r.tokens),
-                    r.block_m, r.experts_hit, r.us, r.floor_us, r.tbs, r.us / r.floor_us);
+      // BLOCK_M as run: the table's, or "8 / 32 (k of 8)" where k routing sets ran the
+      // device's alternative.
+      char bm[48];
+      if (r.device_block_m != 0) {
+        std::snprintf(bm, sizeof bm, "%d / %d (%d of %d)", r.block_m, r.device_block_m,
+                      r.device_sets, kSets);
+      } else {
+        std::snprintf(bm, sizeof bm, "%d", r.block_m);
+      }
+      std::snprintf(line, sizeof line, "| %s | %s | %lld | %s | %.1f | %.1f | %.1f | %.2f | %.2f |",
+                    r.preset.c_str(), r.routing.c_str(), static_cast<long long>(r.tokens), bm,
+                    r.experts_hit, r.us, r.floor_us, r.tbs, r.us / r.floor_us);
       md += line;
-      std::snprintf(line, sizeof line, "%s,%s,%lld,%d,%.2f,%.2f,%.2f,%.3f,%.3f", r.preset.c_str(),
-                    r.routing.c_str(), static_cast<long long>(r.tokens), r.block_m, r.experts_hit,
-                    r.us, r.floor_us, r.tbs, r.us / r.floor_us);
+      std::snprintf(line, sizeof line, "%s,%s,%lld,%d,%d,%d,%.2f,%.2f,%.2f,%.3f,%.3f",
+                    r.preset.c_str(), r.routing.c_str(), static_cast<long long>(r.tokens),
+                    r.block_m, r.device_block_m, r.device_sets, r.experts_hit, r.us, r.floor_us,
+                    r.tbs, r.us / r.floor_us);
       csv += line;
       if (soak_ms > 0) {
         std::snprintf(line, sizeof line, " %.1f | %.2f |", r.steady_us, r.steady_us / r.floor_us);

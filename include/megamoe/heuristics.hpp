@@ -13,7 +13,25 @@ namespace megamoe {
 // expected tokens per expert T*R*K/E. Table in src/core/heuristics.cpp.
 int get_block_m_for_mega_moe(const MoEConfig& config, std::int64_t num_tokens_per_rank);
 
-// Every BLOCK_M the heuristic can choose for token counts 1..max_tokens_per_rank.
+// Tile choice on the device: where the table picks the pipelined kernel's 8-token tile for
+// at least one route per expert on average and the wide kernel can run 32-token tiles, skewed
+// routing can make the larger tile much faster (popular experts stream their weights once per
+// tile): there this returns 32, and nvfp4_mega_moe launches both kernels -- the first counts the
+// call's routes on the device and hands the call to the second when the table's tile would
+// stream at least tile_choice_percent() / 100 times the weight passes. nullopt elsewhere, and
+// when MEGAMOE_TILE_CHOICE=0, MEGAMOE_BLOCK_M or MEGAMOE_NVFP4_KERNEL is set (read like
+// MEGAMOE_BLOCK_M: set it before the buffer is planned). Only launches that drive every rank
+// (the `local` provider) use it: ranks in other processes may see different token counts, and
+// the two kernels of a call must be launched on every rank alike.
+std::optional<int> get_device_choice_block_m_for_mega_moe(const MoEConfig& config,
+                                                          std::int64_t num_tokens_per_rank);
+
+// The weight-pass ratio, in percent, from which the device takes the larger tile:
+// MEGAMOE_TILE_CHOICE=N (100..1000), else the measured default.
+int tile_choice_percent();
+
+// Every BLOCK_M the heuristic (and the tile choice on the device) can run for token counts
+// 1..max_tokens_per_rank, ascending.
 std::vector<int> reachable_block_ms(const MoEConfig& config);
 
 // The largest token count of each reachable BLOCK_M regime, ascending; the last is

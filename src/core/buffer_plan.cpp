@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -99,6 +100,9 @@ std::vector<BufferRegion> plan_sync_fields(const MoEConfig& c, std::int64_t pool
   l.bytes("block_ready", sz(pool_rows / 8 + 1) * 4);
   // u32 [4]: timeout flag, rank that timed out, phase, spare (read by the host after a fault).
   l.bytes("status", 4 * 4);
+  // i32: the token tile the last call with a tile choice on the device ran (written by the first
+  // of its two kernels, read by the second; get_device_choice_block_m_for_mega_moe).
+  l.bytes("tile_choice", 4);
   return l.take();
 }
 
@@ -157,6 +161,9 @@ SymmBufferPlan plan_symm_buffer(const MoEConfig& config) {
   std::int64_t pool_rows = 0;
   for (std::int64_t t : block_m_regime_ends(c)) {
     pool_rows = std::max(pool_rows, worst_case_pool_rows(c, t, get_block_m_for_mega_moe(c, t)));
+    if (const std::optional<int> alt = get_device_choice_block_m_for_mega_moe(c, t)) {
+      pool_rows = std::max(pool_rows, worst_case_pool_rows(c, t, *alt));
+    }
   }
   if (pool_rows > std::numeric_limits<std::int32_t>::max()) {
     throw_invalid("config", "expert pools exceed 2^31 rows (token indices are i32)",

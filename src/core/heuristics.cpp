@@ -10,6 +10,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <system_error>
 
 #include "core/buffer_plan_detail.hpp"
 #include "core/heuristics_state.hpp"
@@ -79,7 +80,42 @@ std::optional<int> forced_block_m() {
   throw_invalid("MEGAMOE_BLOCK_M", "must be 8, 16, 32, 64 or 128 (or unset)", v);
 }
 
+// MEGAMOE_TILE_CHOICE: unset or empty -> the default ratio, "0" -> off, N in [100, 1000] -> N %.
+constexpr int kDefaultTileChoicePercent = 115;
+int tile_choice_setting() {
+  const char* v = std::getenv("MEGAMOE_TILE_CHOICE");
+  if (v == nullptr || *v == '\0') return kDefaultTileChoicePercent;
+  int n = -1;
+  const std::string_view s(v);
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
+  if (ec != std::errc() || end != s.data() + s.size() || (n != 0 && (n < 100 || n > 1000))) {
+    throw_invalid("MEGAMOE_TILE_CHOICE",
+                  "must be 0 (off) or a weight-pass ratio in percent, 100..1000 (or unset)", v);
+  }
+  return n;
+}
+
 }  // namespace
+
+int tile_choice_percent() {
+  const int n = tile_choice_setting();
+  return n == 0 ? kDefaultTileChoicePercent : n;
+}
+
+std::optional<int> get_device_choice_block_m_for_mega_moe(const MoEConfig& config,
+                                                          std::int64_t num_tokens_per_rank) {
+  const int bm = get_block_m_for_mega_moe(config, num_tokens_per_rank);  // validates
+  constexpr int kAlternative = 32;
+  if (tile_choice_setting() == 0 || forced_block_m().has_value()) return std::nullopt;
+  if (const char* v = std::getenv("MEGAMOE_NVFP4_KERNEL"); v != nullptr && *v != '\0') {
+    return std::nullopt;
+  }
+  // The table's tile runs the pipelined kernel, the alternative the wide one with 32-token
+  // sub-tiles; below one route per expert on average the tiles hold one token either way.
+  if (bm >= kWideKernelMinBlockM || !wide_tiles_of_32(config)) return std::nullopt;
+  if (global_routes(config, num_tokens_per_rank) < config.shape.num_experts) return std::nullopt;
+  return kAlternative;
+}
 
 int get_block_m_for_mega_moe(const MoEConfig& config, std::int64_t num_tokens_per_rank) {
   validate::validate_config(config);
@@ -123,11 +159,17 @@ std::vector<std::int64_t> block_m_regime_ends(const MoEConfig& config) {
 std::vector<int> reachable_block_ms(const MoEConfig& config) {
   // BLOCK_M is non-decreasing in t, so every reachable regime ends at one of these token
   // counts, and each of them lies in a reachable regime.
+  // The device's alternative needs enough routes per token count, which grow with t: the
+  // regime's end is where it first appears if it appears at all.
   std::vector<int> out;
   for (std::int64_t t : block_m_regime_ends(config)) {
-    const int bm = get_block_m_for_mega_moe(config, t);
-    if (out.empty() || out.back() != bm) out.push_back(bm);
+    out.push_back(get_block_m_for_mega_moe(config, t));
+    if (const std::optional<int> alt = get_device_choice_block_m_for_mega_moe(config, t)) {
+      out.push_back(*alt);
+    }
   }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
 }
 

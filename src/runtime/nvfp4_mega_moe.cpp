@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 #include <string>
 
 #include "core/buffer_plan_detail.hpp"
@@ -51,6 +52,8 @@ struct KernelArgs {
   int ctas_per_rank;
   float clamp;
   float oai_alpha, oai_limit;
+  std::uint64_t sync_tile_choice;
+  int tile_choice_alt, tile_choice_pct;
 };
 
 std::uint64_t timeout_ns() {
@@ -125,7 +128,22 @@ void nvfp4_mega_moe(const SymmBuffer& buffer, std::span<const Nvfp4KernelWeights
   for (const Nvfp4MoEOutputs& o : outputs) tokens = std::max(tokens, o.out.size(0));
   const int block_m = get_block_m_for_mega_moe(c, tokens);
   check_pools_fit(buffer.plan, tokens, block_m);
-  const bool wide = runtime::nvfp4_kernel_version(c, block_m) == runtime::Nvfp4KernelVersion::wide;
+  // Tile choice on the device (two kernels, the second the wide one) where one launch drives
+  // every rank: ranks in other processes could disagree on launching the second.
+  std::optional<int> alt;
+  if (static_cast<int>(driven.size()) == c.num_ranks) {
+    alt = get_device_choice_block_m_for_mega_moe(c, tokens);
+  }
+  if (alt && (!buffer.plan.has("token_f16") ||
+              worst_case_pool_rows(c, tokens, *alt) > buffer.plan.pool_rows)) {
+    throw_invalid("MEGAMOE_TILE_CHOICE",
+                  "must be what the buffer was planned with: the plan lacks the room of the "
+                  "device's alternative BLOCK_M " +
+                      std::to_string(*alt) + " at " + std::to_string(tokens) + " tokens per rank",
+                  "buffer planned with the tile choice off");
+  }
+  const bool wide = alt.has_value() ||
+                    runtime::nvfp4_kernel_version(c, block_m) == runtime::Nvfp4KernelVersion::wide;
   if (wide && !buffer.plan.has("token_f16")) {
     // Only MEGAMOE_NVFP4_KERNEL=wide set after planning gets here: the plan holds the region
     // wherever the default selection can pick the wide kernel.
@@ -146,6 +164,7 @@ void nvfp4_mega_moe(const SymmBuffer& buffer, std::span<const Nvfp4KernelWeights
         std::to_string(c.shape.intermediate) + ", " + std::to_string(c.shape.hidden) + ")");
   }
   const CUfunction function = kernel_for(c, block_m);
+  const CUfunction alt_function = alt ? kernel_for(c, *alt) : nullptr;
 
   const SymmBufferPlan& plan = buffer.plan;
   KernelArgs a{};
@@ -201,17 +220,38 @@ void nvfp4_mega_moe(const SymmBuffer& buffer, std::span<const Nvfp4KernelWeights
   a.clamp = c.activation.clamp;
   a.oai_alpha = c.activation.oai_alpha;
   a.oai_limit = c.activation.oai_limit;
+  a.sync_tile_choice = field_offset(plan, "tile_choice", 4);
+  a.tile_choice_alt = alt ? *alt : 0;
+  a.tile_choice_pct = tile_choice_percent();
 
-  runtime::LaunchConfig cfg;
-  cfg.grid = {static_cast<unsigned>(a.ctas_per_rank * a.num_driven), 1, 1};
-  const runtime::Nvfp4LaunchShape shape = runtime::nvfp4_launch_shape(c, block_m);
-  cfg.block = {static_cast<unsigned>(shape.threads), 1, 1};
-  cfg.dynamic_smem = shape.smem;
-  cfg.stream = runtime::launch_stream(stream);
-  // Launched while the previous kernel (the pre-dispatch) finishes; the kernels wait for it
-  // (griddepcontrol.wait) before their first global access.
-  cfg.pdl = runtime::use_pdl(cfg.stream);
-  runtime::launch_kernel(function, cfg, a);
+  auto launch = [&](CUfunction f, int bm) {
+    runtime::LaunchConfig cfg;
+    cfg.grid = {static_cast<unsigned>(a.ctas_per_rank * a.num_driven), 1, 1};
+    const runtime::Nvfp4LaunchShape shape = runtime::nvfp4_launch_shape(c, bm);
+    cfg.block = {static_cast<unsigned>(shape.threads), 1, 1};
+    cfg.dynamic_smem = shape.smem;
+    cfg.stream = runtime::launch_stream(stream);
+    // Launched while the previous kernel (the pre-dispatch, or the first of two) finishes; the
+    // kernels wait for it (griddepcontrol.wait) before their first global access.
+    cfg.pdl = runtime::use_pdl(cfg.stream);
+    runtime::launch_kernel(f, cfg, a);
+  };
+  launch(function, block_m);
+  // The wide kernel reads the first one's verdict and returns at once unless it was chosen.
+  if (alt) launch(alt_function, *alt);
+}
+
+int nvfp4_tile_choice_of_last_call(const SymmBuffer& buffer, int rank) {
+  if (rank < 0 || rank >= buffer.plan.config.num_ranks) {
+    throw_invalid("rank", "must be in [0, num_ranks)", std::to_string(rank));
+  }
+  const std::uint64_t at =
+      buffer.plan.region("sync").offset + field_offset(buffer.plan, "tile_choice", 4);
+  std::int32_t v = 0;
+  const auto src = reinterpret_cast<CUdeviceptr>(
+      static_cast<const std::uint8_t*>(buffer.memory->base(rank)) + at);
+  MEGAMOE_CU(cuda::driver().cuMemcpyDtoH(&v, src, sizeof v));
+  return v;
 }
 
 }  // namespace megamoe

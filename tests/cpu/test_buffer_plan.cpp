@@ -51,7 +51,7 @@ TEST(BufferPlan, HandWorkedLayout) {
       {"fc2_pool", 3968, 1024, 16, 64},    // I/2
       {"fc2_pool_sf", 4992, 256, 16, 16},  // I/16 = 8 bytes padded to a 16-byte pitch
       {"combine", 5248, 4096, 8, 512},     // [K, T_max, H] bf16
-      {"sync", 9344, 656, 0, 0},
+      {"sync", 9344, 772, 0, 0},
   };
   ASSERT_EQ(p.regions.size(), std::size(want));
   for (std::size_t i = 0; i < std::size(want); ++i) {
@@ -64,12 +64,12 @@ TEST(BufferPlan, HandWorkedLayout) {
     EXPECT_EQ(r.row_pitch, want[i].pitch);
     EXPECT_EQ(r.alignment, 128u);
   }
-  EXPECT_EQ(p.total_bytes, 10112u);
+  EXPECT_EQ(p.total_bytes, 10240u);
   // sync: rank_barrier 64 B, grid_barrier 8, send_counts R*E_local*4 = 16,
-  // expert_offsets (E_local+1)*4 = 12, block_ready (16/8+1)*4 = 12, status 16.
+  // expert_offsets (E_local+1)*4 = 12, block_ready (16/8+1)*4 = 12, status 16, tile_choice 4.
   const std::pair<const char*, std::size_t> fields[] = {
-      {"rank_barrier", 64},   {"grid_barrier", 8}, {"send_counts", 16},
-      {"expert_offsets", 12}, {"block_ready", 12}, {"status", 16}};
+      {"rank_barrier", 64}, {"grid_barrier", 8}, {"send_counts", 16}, {"expert_offsets", 12},
+      {"block_ready", 12},  {"status", 16},      {"tile_choice", 4}};
   ASSERT_EQ(p.sync_fields.size(), std::size(fields));
   for (std::size_t i = 0; i < std::size(fields); ++i) {
     EXPECT_EQ(p.sync_fields[i].name, fields[i].first);
@@ -280,11 +280,19 @@ TEST(BufferPlan, TokenF16HoldsEveryChunkLayout) {
 }
 
 // "token_f16" exists only where the wide kernel can run: from the first T_max whose BLOCK_M is 16
-// (dsv4-flash: 129, three expected tokens per expert being the 8-token regime's end), or at any
+// (dsv4-flash: 129, three expected tokens per expert being the 8-token regime's end), from the
+// first T_max with a tile choice on the device (dsv4-flash: 43, one route per expert), or at any
 // T_max when MEGAMOE_NVFP4_KERNEL=wide is set while planning; never where the wide kernel is not
 // supported (FP8 weights, side-LoRA).
 TEST(BufferPlan, TokenF16OnlyWhereTheWideKernelCanRun) {
+  const MoEConfig low = test::preset_config("dsv4-flash", 1, 42);
+  ASSERT_EQ(reachable_block_ms(low), std::vector<int>{8});
+  EXPECT_FALSE(plan_symm_buffer(low).has("token_f16"));
+  const MoEConfig choice = test::preset_config("dsv4-flash", 1, 43);
+  ASSERT_EQ(reachable_block_ms(choice), (std::vector<int>{8, 32}));
+  EXPECT_TRUE(plan_symm_buffer(choice).has("token_f16"));
   const MoEConfig decode = test::preset_config("dsv4-flash", 1, 128);
+  const test::ScopedEnv no_choice("MEGAMOE_TILE_CHOICE", "0");
   ASSERT_EQ(reachable_block_ms(decode), std::vector<int>{8});
   EXPECT_FALSE(plan_symm_buffer(decode).has("token_f16"));
   EXPECT_FALSE(plan_has_token_f16(decode));

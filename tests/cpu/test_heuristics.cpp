@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/buffer_plan_detail.hpp"
 #include "core/heuristics_state.hpp"
 #include "jit_test_support.hpp"
 #include "megamoe/buffer.hpp"
@@ -106,6 +107,53 @@ TEST(Heuristics, BlockMWideKernelTable) {
   c.shape.hidden = 1536;
   EXPECT_EQ(get_block_m_for_mega_moe(c, 97), 16);
   EXPECT_EQ(get_block_m_for_mega_moe(c, 512), 32);
+}
+
+// Tile choice on the device: where the table runs the pipelined kernel's 8-token tiles for at
+// least one route per expert on average, and the wide kernel runs 32-token sub-tiles (H and I
+// multiples of 384 or 512), the call may switch to 32 on the device; nowhere else, and not when
+// a tuning override pins the tile or the kernel.
+TEST(Heuristics, DeviceTileChoice) {
+  MoEConfig c = config(256, 1, 6, 8192);
+  EXPECT_EQ(get_device_choice_block_m_for_mega_moe(c, 128), std::nullopt);  // plain table shape
+  c.shape.hidden = 4096;
+  c.shape.intermediate = 2048;  // dsv4-flash
+  EXPECT_EQ(get_device_choice_block_m_for_mega_moe(c, 1), std::nullopt);
+  EXPECT_EQ(get_device_choice_block_m_for_mega_moe(c, 42), std::nullopt);  // 252 routes < E
+  EXPECT_EQ(get_device_choice_block_m_for_mega_moe(c, 43), 32);
+  EXPECT_EQ(get_device_choice_block_m_for_mega_moe(c, 128), 32);
+  EXPECT_EQ(get_device_choice_block_m_for_mega_moe(c, 129), std::nullopt);  // the table's 16
+  c.num_ranks = 2;
+  EXPECT_EQ(get_device_choice_block_m_for_mega_moe(c, 21), std::nullopt);
+  EXPECT_EQ(get_device_choice_block_m_for_mega_moe(c, 22), 32);
+  c.num_ranks = 1;
+  c.max_tokens_per_rank = 128;
+  EXPECT_EQ(reachable_block_ms(c), (std::vector<int>{8, 32}));
+  EXPECT_NO_THROW(check_pools_fit(plan_symm_buffer(c), 128, 32));
+  for (auto [var, value] :
+       {std::pair{"MEGAMOE_TILE_CHOICE", "0"}, std::pair{"MEGAMOE_BLOCK_M", "8"},
+        std::pair{"MEGAMOE_NVFP4_KERNEL", "pipelined"}}) {
+    const test::ScopedEnv off(var, value);
+    EXPECT_EQ(get_device_choice_block_m_for_mega_moe(c, 128), std::nullopt) << var;
+    EXPECT_EQ(reachable_block_ms(c), std::vector<int>{8}) << var;
+  }
+  {
+    const test::ScopedEnv off("MEGAMOE_TILE_CHOICE", "0");
+    EXPECT_INVALID(check_pools_fit(plan_symm_buffer(c), 128, 32), "MEGAMOE_BLOCK_M",
+                   "must be what the buffer was planned with");
+  }
+  EXPECT_EQ(tile_choice_percent(), 115);
+  {
+    const test::ScopedEnv ratio("MEGAMOE_TILE_CHOICE", "130");
+    EXPECT_EQ(tile_choice_percent(), 130);
+    EXPECT_EQ(get_device_choice_block_m_for_mega_moe(c, 128), 32);
+  }
+  for (const char* bad : {"99", "1001", "x", "12a", "-5"}) {
+    const test::ScopedEnv ratio("MEGAMOE_TILE_CHOICE", bad);
+    EXPECT_INVALID(tile_choice_percent(), "MEGAMOE_TILE_CHOICE", "must be 0 (off)");
+    EXPECT_INVALID(get_device_choice_block_m_for_mega_moe(c, 128), "MEGAMOE_TILE_CHOICE",
+                   "must be 0 (off)");
+  }
 }
 
 TEST(Heuristics, BlockMTokenRange) {

@@ -807,5 +807,136 @@ TEST_F(Nvfp4MegaMoe, LayersBackToBackOnOneStream) {
   d.cuGraphExecDestroy(exec);
 }
 
+// The host's mirror of the device's tile choice (kernels/megamoe/scheduler/tile_rows_choice.cuh)
+// over every rank's routes: the alternative when the table's tile streams at least pct / 100
+// times its weight passes.
+int expected_tile_choice(const MoEConfig& cfg, const std::vector<std::int64_t>& ids, int bm,
+                         int alt) {
+  std::vector<std::int64_t> count(static_cast<std::size_t>(cfg.shape.num_experts), 0);
+  for (std::int64_t id : ids) {
+    if (id >= 0) ++count[static_cast<std::size_t>(id)];
+  }
+  std::int64_t small = 0, large = 0;
+  for (std::int64_t n : count) {
+    small += (n + bm - 1) / bm;
+    large += (n + alt - 1) / alt;
+  }
+  return small * 100 >= large * tile_choice_percent() ? alt : bm;
+}
+
+// Tile choice on the device (get_device_choice_block_m_for_mega_moe): at 3 expected tokens per
+// expert the table runs the pipelined kernel's 8-token tiles and the call launches both kernels.
+// Uniform routes keep the pipelined kernel; routes piled onto one expert (and, as the routes
+// fall, Zipf-skewed ones) hand the call to the wide kernel's 32-token tiles. Every rank records
+// the verdict the host's mirror of the rule gives for the same routes, and the output equals,
+// bit for bit, the table's kernel alone (a buffer planned with MEGAMOE_TILE_CHOICE=0). Then two
+// layers that choose differently alternate on one stream without synchronization, eagerly and
+// as a graph: the second kernel of each call must read its own call's verdict.
+TEST_F(Nvfp4MegaMoe, DeviceTileChoiceFollowsRouting) {
+  for (const char* v : {"MEGAMOE_NVFP4_KERNEL", "MEGAMOE_BLOCK_M", "MEGAMOE_TILE_CHOICE"}) {
+    if (const char* set = std::getenv(v); set != nullptr && *set != '\0') {
+      GTEST_SKIP() << v << " is set (" << set << "): no tile choice on the device";
+    }
+  }
+  int chose[2] = {0, 0};  // calls that ran the table's tile, the alternative
+  for (int ranks : {1, 2}) {
+    for (Routing routing : {Routing::uniform, Routing::one_expert, Routing::zipf}) {
+      Case c;
+      c.ranks = ranks;
+      c.top_k = 8;
+      c.tokens = 12 / ranks;  // 96 routes over 32 experts: the table's 8-token regime
+      c.t_max = 64;
+      c.routing = routing;
+      if (!case_selected(c)) continue;
+      const std::uint64_t seed = case_seed();
+      SCOPED_TRACE(describe_case(c) + " seed " + std::to_string(seed));
+      Harness hs(c, seed);
+      const int bm = get_block_m_for_mega_moe(hs.cfg, c.tokens);
+      const std::optional<int> alt = get_device_choice_block_m_for_mega_moe(hs.cfg, c.tokens);
+      ASSERT_EQ(bm, 8);
+      ASSERT_TRUE(alt.has_value());
+      const int want = expected_tile_choice(hs.cfg, hs.inputs.topk_idx, bm, *alt);
+      if (routing == Routing::uniform) {
+        EXPECT_EQ(want, bm) << "uniform routes keep the table";
+      }
+      if (routing == Routing::one_expert) {
+        EXPECT_EQ(want, *alt) << "one hot expert takes 32";
+      }
+      const Result first = hs.poisoned_run();
+      for (int r = 0; r < ranks; ++r) {
+        EXPECT_EQ(nvfp4_tile_choice_of_last_call(hs.buffer, r), want) << "rank " << r;
+      }
+      ++chose[want == bm ? 0 : 1];
+      std::printf("  %s ran BLOCK_M %d seed %llu\n", hs.check(first).c_str(), want,
+                  static_cast<unsigned long long>(seed));
+      EXPECT_EQ(hs.poisoned_run().out, first.out) << "not bitwise repeatable";
+      const test::ScopedEnv off("MEGAMOE_TILE_CHOICE", "0");
+      Harness table(c, seed);
+      EXPECT_EQ(table.poisoned_run().out, first.out) << "differs from the table's kernel alone";
+    }
+  }
+  if (std::getenv("MEGAMOE_TEST_CASE") == nullptr) {
+    EXPECT_GE(chose[0], 2);
+    EXPECT_GE(chose[1], 2);
+  }
+
+  // Alternating choices on one stream: set A uniform (the table's tile), set B on one expert.
+  Case c;
+  c.ranks = 2;
+  c.top_k = 8;
+  c.tokens = 6;
+  c.t_max = 64;
+  if (!case_selected(c)) return;
+  const std::uint64_t seed = case_seed();
+  SCOPED_TRACE("alternating choices, seed " + std::to_string(seed));
+  Harness hs(c, seed);
+  Case hot = c;
+  hot.routing = Routing::one_expert;
+  reference::MoEInputs hot_inputs =
+      reference::random_inputs(hs.cfg, c.tokens, routing_options(hot), seed + 101);
+  apply_routing(hot, hs.cfg, seed + 102, hot_inputs);
+  ASSERT_EQ(expected_tile_choice(hs.cfg, hs.inputs.topk_idx, 8, 32), 8);
+  ASSERT_EQ(expected_tile_choice(hs.cfg, hot_inputs.topk_idx, 8, 32), 32);
+  LayerIo b = upload_layer_io(hot, hot_inputs);
+  CUstream stream = hs.stream.get();
+  const cuda::Driver& d = cuda::driver();
+  auto layer = [&](const std::vector<PreDispatchInputs>& pd,
+                   const std::vector<Nvfp4MoEOutputs>& outputs, bool sync) {
+    mega_moe_pre_dispatch(hs.buffer, pd, stream);
+    nvfp4_mega_moe(hs.buffer, hs.weight_views, outputs, stream);
+    if (sync) MEGAMOE_CU(d.cuStreamSynchronize(stream));
+  };
+  auto poison = [&] {
+    for (auto& o : hs.outs) o.fill_bytes(0xFF);
+    for (auto& o : b.outs) o.fill_bytes(0xFF);
+  };
+  poison();
+  layer(hs.pd, hs.outputs, true);
+  EXPECT_EQ(nvfp4_tile_choice_of_last_call(hs.buffer, 0), 8);
+  layer(b.pd, b.outputs, true);
+  EXPECT_EQ(nvfp4_tile_choice_of_last_call(hs.buffer, 1), 32);
+  const auto want_a = download_outputs(hs.outs), want_b = download_outputs(b.outs);
+  std::printf("  %s (set A, synchronized)\n", hs.check(Result{want_a}).c_str());
+  poison();
+  for (int i = 0; i < 3; ++i) {
+    layer(hs.pd, hs.outputs, false);
+    layer(b.pd, b.outputs, false);
+  }
+  MEGAMOE_CU(d.cuStreamSynchronize(stream));
+  EXPECT_EQ(download_outputs(hs.outs), want_a) << "eager, set A";
+  EXPECT_EQ(download_outputs(b.outs), want_b) << "eager, set B";
+  const CUgraphExec exec = capture_graph(stream, [&] {
+    layer(hs.pd, hs.outputs, false);
+    layer(b.pd, b.outputs, false);
+  });
+  poison();
+  for (int i = 0; i < 3; ++i) MEGAMOE_CU(d.cuGraphLaunch(exec, stream));
+  MEGAMOE_CU(d.cuStreamSynchronize(stream));
+  EXPECT_EQ(download_outputs(hs.outs), want_a) << "graph, set A";
+  EXPECT_EQ(download_outputs(b.outs), want_b) << "graph, set B";
+  d.cuGraphExecDestroy(exec);
+  std::printf("  alternating tile choices back to back (eager and graph): bitwise equal\n");
+}
+
 }  // namespace
 }  // namespace megamoe

@@ -12,6 +12,7 @@
 #include "megamoe/impls/sm90_nvfp4_mega_moe.cuh"
 #include "megamoe/ptx/bulk_copy.cuh"
 #include "megamoe/scheduler/nvfp4_schedule.cuh"
+#include "megamoe/scheduler/tile_rows_choice.cuh"
 
 namespace megamoe::device {
 namespace nvfp4_pipe {
@@ -442,6 +443,16 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
   const int total_tiles =
       nvfp4_moe::plan_tiles<EL, K, R, BM, TMAX, kThreads, kThreads + (kStaged ? 32 : 0)>(
           a, s, first_expert);
+
+  // Tile choice on the device: the wide kernel launched after this one takes the call instead
+  // when the routing favours its tile (the verdict is the same in every CTA of every rank).
+  if (a.tile_choice_alt != 0) {
+    static_assert(sizeof(s.b) >= sizeof(int) * EL * R, "the token tile holds E route counts");
+    const int chosen = nvfp4_moe::choose_tile_rows<EL * R, K, R, BM, kThreads>(
+        a, s, reinterpret_cast<int*>(s.b), a.tile_choice_alt, a.tile_choice_pct);
+    if (cta_in_rank == 0 && tid == 0) *nvfp4_moe::tile_choice_word(a, rank) = chosen;
+    if (chosen != BM) return;
+  }
 
   Schedule<EL, BM, NS, CT, HT> sched;
   sched.tile_prefix = s.tile_prefix;

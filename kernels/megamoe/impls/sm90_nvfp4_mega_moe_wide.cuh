@@ -561,6 +561,10 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
   // before it has completed and its writes are visible.
   ptx::griddep_wait();
 
+  // Tile choice on the device: the table's kernel, launched before this one and now complete,
+  // left its verdict; every CTA of every rank reads the same one.
+  if (a.tile_choice_alt != 0 && *nvfp4_moe::tile_choice_word(a, rank_of()) != BM) return;
+
   // Ranks in other processes: as in the pipelined kernel, every rank's pre-dispatch of this call
   // is complete (and every rank finished the previous call) before anything is read.
   if (a.num_driven < R) {

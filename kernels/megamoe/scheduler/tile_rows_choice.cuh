@@ -1,0 +1,74 @@
+#pragma once
+// The token tile a call runs with, chosen on the device from the call's routing (docs/api.md,
+// "Heuristics"; docs/nvfp4_kernel.md, "Tile choice on the device").
+//
+// The host's BLOCK_M table follows the expected tokens per expert, i.e. uniform routing. Under
+// skewed routing the popular experts hold many tokens, and a small tile streams and decodes
+// their weights once per tile: at dsv4-flash T = 128, Zipf(1.2), the wide kernel's 32-token
+// tiles take 17 % less time than the table's 8 (bench/NOTES.md, run 136), while under uniform
+// routing they cost 2-9 % more. The host cannot see the counts (they are on the device, and the
+// call is graph-captured), so where the choice matters it launches both kernels: the table's
+// (the pipelined kernel) first, which counts every expert's routes and records the verdict, and
+// the wide kernel, which reads it; the kernel not chosen returns before it touches anything.
+#include "megamoe/impls/sm90_nvfp4_mega_moe.cuh"  // Nvfp4MoeArgs
+
+namespace megamoe::device::nvfp4_moe {
+
+// Weight passes of a tiling: every tile of an expert streams and decodes the expert's weights
+// once, so sum over experts of ceil(count / tile) is what the call's time follows.
+MEGAMOE_DEVICE int weight_passes(int count, int tile) {
+  return (count + tile - 1) / tile;
+}
+
+// Every CTA, redundantly, on every rank alike (it counts all ranks' routes to all E experts, so
+// every CTA of every rank reaches the same verdict: the kernels of one call must agree, their
+// barriers span ranks): `alt` when the table's tile BM would stream at least pct / 100 times the
+// weight passes of `alt`, else BM. `counts`: E ints of shared memory free until the caller's next
+// barrier; s.src_tokens must hold every source rank's token count (plan_tiles). All BLOCK threads
+// of the CTA call it (its barriers are CTA-wide).
+template <int E, int K, int R, int BM, int THREADS, class S>
+MEGAMOE_DEVICE int choose_tile_rows(const Nvfp4MoeArgs& a, S& s, int* counts, int alt, int pct) {
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const bool counting = tid < THREADS;
+  if (counting) {
+    for (int e = tid; e < E; e += THREADS) counts[e] = 0;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int sr = 0; sr < R; ++sr) {
+    const int* idx = reinterpret_cast<const int*>(a.base[sr] + a.off_topk_idx);
+    const int n = s.src_tokens[sr] * K;
+    for (int i = tid; counting && i < n; i += THREADS) {
+      const int id = __ldg(idx + i);
+      if (id >= 0 && id < E) atomicAdd(counts + id, 1);  // masked routes (-1) take no tile
+    }
+  }
+  __syncthreads();
+  // Warp 0 sums both tilings' passes; lane 0 leaves the verdict in counts[0] for the CTA.
+  int verdict = 0;
+  if (warp == 0) {
+    int small = 0, large = 0;
+    for (int e = lane; e < E; e += 32) {
+      small += weight_passes(counts[e], BM);
+      large += weight_passes(counts[e], alt);
+    }
+    small = static_cast<int>(__reduce_add_sync(0xFFFFFFFFu, static_cast<unsigned>(small)));
+    large = static_cast<int>(__reduce_add_sync(0xFFFFFFFFu, static_cast<unsigned>(large)));
+    // In 64-bit integers: exact at every count (no rounding at the edge).
+    verdict = static_cast<long long>(small) * 100 >= static_cast<long long>(large) * pct ? alt : BM;
+  }
+  __syncthreads();  // every count read before counts[0] is overwritten
+  if (tid == 0) counts[0] = verdict;
+  __syncthreads();
+  const int chosen = counts[0];
+  __syncthreads();  // read by all before the caller reuses the memory
+  return chosen;
+}
+
+// The verdict word of a rank ("tile_choice" in its sync region): written by the rank's first CTA
+// of the first kernel, read by the second after griddepcontrol.wait (the first has completed).
+MEGAMOE_DEVICE volatile int* tile_choice_word(const Nvfp4MoeArgs& a, int rank) {
+  return reinterpret_cast<volatile int*>(a.base[rank] + a.off_sync + a.sync_tile_choice);
+}
+
+}  // namespace megamoe::device::nvfp4_moe
