@@ -81,7 +81,10 @@ std::optional<int> forced_block_m() {
 }
 
 // MEGAMOE_TILE_CHOICE: unset or empty -> the default ratio, "0" -> off, N in [100, 1000] -> N %.
-constexpr int kDefaultTileChoicePercent = 115;
+// The default, from run 179 (bench/NOTES.md, twenty-first session): at dsv4-flash T = 64 / 128
+// and h6144 T = 64 the 32-token tiles win from a pass ratio of ~1.02-1.08 on (Zipf exponents
+// 0.6-1.2), while uniform routing stays at 1.00-1.01 (where they cost up to 10-15 %).
+constexpr int kDefaultTileChoicePercent = 105;
 int tile_choice_setting() {
   const char* v = std::getenv("MEGAMOE_TILE_CHOICE");
   if (v == nullptr || *v == '\0') return kDefaultTileChoicePercent;

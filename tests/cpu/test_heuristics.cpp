@@ -142,7 +142,7 @@ TEST(Heuristics, DeviceTileChoice) {
     EXPECT_INVALID(check_pools_fit(plan_symm_buffer(c), 128, 32), "MEGAMOE_BLOCK_M",
                    "must be what the buffer was planned with");
   }
-  EXPECT_EQ(tile_choice_percent(), 115);
+  EXPECT_EQ(tile_choice_percent(), 105);
   {
     const test::ScopedEnv ratio("MEGAMOE_TILE_CHOICE", "130");
     EXPECT_EQ(tile_choice_percent(), 130);

@@ -451,6 +451,9 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
     const int chosen = nvfp4_moe::choose_tile_rows<EL * R, K, R, BM, kThreads>(
         a, s, reinterpret_cast<int*>(s.b), a.tile_choice_alt, a.tile_choice_pct);
     if (cta_in_rank == 0 && tid == 0) *nvfp4_moe::tile_choice_word(a, rank) = chosen;
+    // The wide kernel may launch its CTAs now: they take SMs as this kernel's CTAs leave (it
+    // waits for this grid's completion before it reads the verdict), instead of after the grid.
+    ptx::griddep_launch_dependents();
     if (chosen != BM) return;
   }
 
