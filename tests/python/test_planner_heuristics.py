@@ -61,6 +61,16 @@ def test_block_m_is_reachable_and_monotone():
         previous = bm
 
 
+def test_device_tile_choice():
+    # dsv4-flash widths: 8-token tiles from the table, 32 on the device from one route per expert.
+    c = config(hidden=4096, intermediate=2048, num_experts=256, top_k=6, num_ranks=1,
+               max_tokens_per_rank=128)
+    assert megamoe.get_device_choice_block_m_for_mega_moe(c, 42) is None
+    assert megamoe.get_device_choice_block_m_for_mega_moe(c, 43) == 32
+    assert megamoe.reachable_block_ms(c) == [8, 32]
+    assert 100 <= megamoe.tile_choice_percent() <= 1000
+
+
 def test_sm_budget_rule():
     assert megamoe.resolve_num_sms(132, 0, None) == 132
     assert megamoe.resolve_num_sms(132, 0, "3") == 128  # headroom rounded up to even

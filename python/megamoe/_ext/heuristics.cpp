@@ -14,6 +14,12 @@ namespace megamoe::python {
 void register_heuristics(nb::module_& m) {
   m.def("get_block_m_for_mega_moe", &get_block_m_for_mega_moe, nb::arg("config"),
         nb::arg("num_tokens_per_rank"));
+  m.def("get_device_choice_block_m_for_mega_moe", &get_device_choice_block_m_for_mega_moe,
+        nb::arg("config"), nb::arg("num_tokens_per_rank"),
+        "the larger token tile the call may switch to on the device under skewed routing "
+        "(None where the table's tile stands)");
+  m.def("tile_choice_percent", &tile_choice_percent,
+        "weight-pass ratio (percent) from which the device takes the larger tile");
   m.def("reachable_block_ms", &reachable_block_ms, nb::arg("config"));
   m.def("block_m_regime_ends", &block_m_regime_ends, nb::arg("config"),
         "largest token count of each reachable BLOCK_M regime, ascending");
