@@ -751,20 +751,16 @@ TEST_F(Nvfp4MegaMoe, GraphReplayMatchesEagerBitwise) {
   d.cuGraphExecDestroy(exec);
 }
 
-// Layers as an inference engine issues them: pre-dispatch and MoE of two different inputs
-// alternate on one stream with no host synchronization, eagerly and as one graph. With
-// programmatic dependent launch each kernel may start while the one before it still runs; each
-// output must still equal, bit for bit, the run of its own inputs with a synchronization after
-// every kernel (a MoE that read its inputs before their pre-dispatch finished, or a pre-dispatch
-// that overwrote them while the MoE before it still read them, would not).
-TEST_F(Nvfp4MegaMoe, LayersBackToBackOnOneStream) {
-  const Case c = two_ranks_masked(6);
-  if (!case_selected(c)) return;
-  const std::uint64_t seed = case_seed();
-  Harness hs(c, seed);
-  // Input set B: other tokens and routes, the same weights and buffer.
-  LayerIo b = upload_layer_io(
-      c, reference::random_inputs(hs.cfg, c.tokens, routing_options(c), seed + 101));
+// Layers as an inference engine issues them: pre-dispatch and MoE of two input sets (A, hs's own;
+// B) alternate on hs's buffer and stream with no host synchronization, eagerly and as one graph.
+// Returns the outputs of each set's run with a synchronization after every kernel
+// (`after_sync(set)` runs after set A's and set B's), which the unsynchronized runs must equal bit
+// for bit (checked here).
+struct TwoSetOutputs {
+  std::vector<std::vector<std::uint16_t>> a, b;
+};
+template <class AfterSync>
+TwoSetOutputs check_layers_back_to_back(Harness& hs, LayerIo& b, AfterSync after_sync) {
   CUstream stream = hs.stream.get();
   const cuda::Driver& d = cuda::driver();
   auto layer = [&](const std::vector<PreDispatchInputs>& pd,
@@ -780,10 +776,10 @@ TEST_F(Nvfp4MegaMoe, LayersBackToBackOnOneStream) {
   };
   poison();
   layer(hs.pd, hs.outputs, true);
+  after_sync(0);
   layer(b.pd, b.outputs, true);
-  const auto want_a = download_outputs(hs.outs), want_b = download_outputs(b.outs);
-  ASSERT_NE(want_a, want_b) << "the two input sets must give different outputs, seed " << seed;
-  std::printf("  %s (input set A, synchronized)\n", hs.check(Result{want_a}).c_str());
+  after_sync(1);
+  TwoSetOutputs want{download_outputs(hs.outs), download_outputs(b.outs)};
 
   poison();
   for (int i = 0; i < 3; ++i) {
@@ -791,8 +787,8 @@ TEST_F(Nvfp4MegaMoe, LayersBackToBackOnOneStream) {
     layer(b.pd, b.outputs, false);
   }
   MEGAMOE_CU(d.cuStreamSynchronize(stream));
-  EXPECT_EQ(download_outputs(hs.outs), want_a) << "eager, input set A, seed " << seed;
-  EXPECT_EQ(download_outputs(b.outs), want_b) << "eager, input set B, seed " << seed;
+  EXPECT_EQ(download_outputs(hs.outs), want.a) << "eager, input set A, seed " << hs.seed;
+  EXPECT_EQ(download_outputs(b.outs), want.b) << "eager, input set B, seed " << hs.seed;
 
   const CUgraphExec exec = capture_graph(stream, [&] {
     layer(hs.pd, hs.outputs, false);
@@ -801,10 +797,28 @@ TEST_F(Nvfp4MegaMoe, LayersBackToBackOnOneStream) {
   poison();
   for (int i = 0; i < 3; ++i) MEGAMOE_CU(d.cuGraphLaunch(exec, stream));
   MEGAMOE_CU(d.cuStreamSynchronize(stream));
-  EXPECT_EQ(download_outputs(hs.outs), want_a) << "graph, input set A, seed " << seed;
-  EXPECT_EQ(download_outputs(b.outs), want_b) << "graph, input set B, seed " << seed;
-  std::printf("  back to back (eager and graph): bitwise equal to the synchronized runs\n");
+  EXPECT_EQ(download_outputs(hs.outs), want.a) << "graph, input set A, seed " << hs.seed;
+  EXPECT_EQ(download_outputs(b.outs), want.b) << "graph, input set B, seed " << hs.seed;
   d.cuGraphExecDestroy(exec);
+  return want;
+}
+
+// With programmatic dependent launch each kernel may start while the one before it still runs;
+// each output must still equal its synchronized run (a MoE that read its inputs before their
+// pre-dispatch finished, or a pre-dispatch that overwrote them while the MoE before it still read
+// them, would not).
+TEST_F(Nvfp4MegaMoe, LayersBackToBackOnOneStream) {
+  const Case c = two_ranks_masked(6);
+  if (!case_selected(c)) return;
+  const std::uint64_t seed = case_seed();
+  Harness hs(c, seed);
+  // Input set B: other tokens and routes, the same weights and buffer.
+  LayerIo b = upload_layer_io(
+      c, reference::random_inputs(hs.cfg, c.tokens, routing_options(c), seed + 101));
+  const TwoSetOutputs want = check_layers_back_to_back(hs, b, [](int) {});
+  ASSERT_NE(want.a, want.b) << "the two input sets must give different outputs, seed " << seed;
+  std::printf("  %s (input set A, synchronized)\n", hs.check(Result{want.a}).c_str());
+  std::printf("  back to back (eager and graph): bitwise equal to the synchronized runs\n");
 }
 
 // The host's mirror of the device's tile choice (kernels/megamoe/scheduler/tile_rows_choice.cuh)
@@ -898,43 +912,13 @@ TEST_F(Nvfp4MegaMoe, DeviceTileChoiceFollowsRouting) {
   ASSERT_EQ(expected_tile_choice(hs.cfg, hs.inputs.topk_idx, 8, 32), 8);
   ASSERT_EQ(expected_tile_choice(hs.cfg, hot_inputs.topk_idx, 8, 32), 32);
   LayerIo b = upload_layer_io(hot, hot_inputs);
-  CUstream stream = hs.stream.get();
-  const cuda::Driver& d = cuda::driver();
-  auto layer = [&](const std::vector<PreDispatchInputs>& pd,
-                   const std::vector<Nvfp4MoEOutputs>& outputs, bool sync) {
-    mega_moe_pre_dispatch(hs.buffer, pd, stream);
-    nvfp4_mega_moe(hs.buffer, hs.weight_views, outputs, stream);
-    if (sync) MEGAMOE_CU(d.cuStreamSynchronize(stream));
-  };
-  auto poison = [&] {
-    for (auto& o : hs.outs) o.fill_bytes(0xFF);
-    for (auto& o : b.outs) o.fill_bytes(0xFF);
-  };
-  poison();
-  layer(hs.pd, hs.outputs, true);
-  EXPECT_EQ(nvfp4_tile_choice_of_last_call(hs.buffer, 0), 8);
-  layer(b.pd, b.outputs, true);
-  EXPECT_EQ(nvfp4_tile_choice_of_last_call(hs.buffer, 1), 32);
-  const auto want_a = download_outputs(hs.outs), want_b = download_outputs(b.outs);
-  std::printf("  %s (set A, synchronized)\n", hs.check(Result{want_a}).c_str());
-  poison();
-  for (int i = 0; i < 3; ++i) {
-    layer(hs.pd, hs.outputs, false);
-    layer(b.pd, b.outputs, false);
-  }
-  MEGAMOE_CU(d.cuStreamSynchronize(stream));
-  EXPECT_EQ(download_outputs(hs.outs), want_a) << "eager, set A";
-  EXPECT_EQ(download_outputs(b.outs), want_b) << "eager, set B";
-  const CUgraphExec exec = capture_graph(stream, [&] {
-    layer(hs.pd, hs.outputs, false);
-    layer(b.pd, b.outputs, false);
+  const TwoSetOutputs want = check_layers_back_to_back(hs, b, [&](int set) {
+    for (int r = 0; r < c.ranks; ++r) {
+      EXPECT_EQ(nvfp4_tile_choice_of_last_call(hs.buffer, r), set == 0 ? 8 : 32)
+          << "input set " << set << ", rank " << r;
+    }
   });
-  poison();
-  for (int i = 0; i < 3; ++i) MEGAMOE_CU(d.cuGraphLaunch(exec, stream));
-  MEGAMOE_CU(d.cuStreamSynchronize(stream));
-  EXPECT_EQ(download_outputs(hs.outs), want_a) << "graph, set A";
-  EXPECT_EQ(download_outputs(b.outs), want_b) << "graph, set B";
-  d.cuGraphExecDestroy(exec);
+  std::printf("  %s (set A, synchronized)\n", hs.check(Result{want.a}).c_str());
   std::printf("  alternating tile choices back to back (eager and graph): bitwise equal\n");
 }
 
