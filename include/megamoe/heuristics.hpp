@@ -13,8 +13,8 @@ namespace megamoe {
 // expected tokens per expert T*R*K/E. Table in src/core/heuristics.cpp.
 int get_block_m_for_mega_moe(const MoEConfig& config, std::int64_t num_tokens_per_rank);
 
-// Tile choice on the device: where the table picks the pipelined kernel's 8-token tile for
-// at least one route per expert on average and the wide kernel can run 32-token tiles, skewed
+// Tile choice on the device: where the table picks 8- or 16-token tiles for at least one route
+// per expert on average and the wide kernel can run 32-token tiles, skewed
 // routing can make the larger tile much faster (popular experts stream their weights once per
 // tile): there this returns 32, and nvfp4_mega_moe launches both kernels -- the first counts the
 // call's routes on the device and hands the call to the second when the table's tile would

@@ -113,9 +113,10 @@ std::optional<int> get_device_choice_block_m_for_mega_moe(const MoEConfig& confi
   if (const char* v = std::getenv("MEGAMOE_NVFP4_KERNEL"); v != nullptr && *v != '\0') {
     return std::nullopt;
   }
-  // The table's tile runs the pipelined kernel, the alternative the wide one with 32-token
-  // sub-tiles; below one route per expert on average the tiles hold one token either way.
-  if (bm >= kWideKernelMinBlockM || !wide_tiles_of_32(config)) return std::nullopt;
+  // The table's tile (8: the pipelined kernel, 16: the wide one) decides, the wide kernel with
+  // 32-token sub-tiles is the alternative; below one route per expert on average the tiles hold
+  // one token either way.
+  if (bm >= kAlternative || !wide_tiles_of_32(config)) return std::nullopt;
   if (global_routes(config, num_tokens_per_rank) < config.shape.num_experts) return std::nullopt;
   return kAlternative;
 }

@@ -109,10 +109,10 @@ TEST(Heuristics, BlockMWideKernelTable) {
   EXPECT_EQ(get_block_m_for_mega_moe(c, 512), 32);
 }
 
-// Tile choice on the device: where the table runs the pipelined kernel's 8-token tiles for at
-// least one route per expert on average, and the wide kernel runs 32-token sub-tiles (H and I
-// multiples of 384 or 512), the call may switch to 32 on the device; nowhere else, and not when
-// a tuning override pins the tile or the kernel.
+// Tile choice on the device: where the table runs 8- or 16-token tiles for at least one route
+// per expert on average, and the wide kernel runs 32-token sub-tiles (H and I multiples of 384 or
+// 512), the call may switch to 32 on the device; nowhere else, and not when a tuning override
+// pins the tile or the kernel.
 TEST(Heuristics, DeviceTileChoice) {
   MoEConfig c = config(256, 1, 6, 8192);
   EXPECT_EQ(get_device_choice_block_m_for_mega_moe(c, 128), std::nullopt);  // plain table shape
@@ -122,7 +122,9 @@ TEST(Heuristics, DeviceTileChoice) {
   EXPECT_EQ(get_device_choice_block_m_for_mega_moe(c, 42), std::nullopt);  // 252 routes < E
   EXPECT_EQ(get_device_choice_block_m_for_mega_moe(c, 43), 32);
   EXPECT_EQ(get_device_choice_block_m_for_mega_moe(c, 128), 32);
-  EXPECT_EQ(get_device_choice_block_m_for_mega_moe(c, 129), std::nullopt);  // the table's 16
+  EXPECT_EQ(get_device_choice_block_m_for_mega_moe(c, 129), 32);  // the table's 16: wide decides
+  EXPECT_EQ(get_device_choice_block_m_for_mega_moe(c, 341), 32);
+  EXPECT_EQ(get_device_choice_block_m_for_mega_moe(c, 342), std::nullopt);  // the table's 32
   c.num_ranks = 2;
   EXPECT_EQ(get_device_choice_block_m_for_mega_moe(c, 21), std::nullopt);
   EXPECT_EQ(get_device_choice_block_m_for_mega_moe(c, 22), 32);

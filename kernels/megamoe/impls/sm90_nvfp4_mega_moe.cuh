@@ -56,8 +56,9 @@ struct Nvfp4MoeArgs {
   float clamp;  // swiglu / geglu: 0 = off
   float oai_alpha, oai_limit;
   // Tile choice on the device (scheduler/tile_rows_choice.cuh): 0, or the wide kernel's tile
-  // that the table's kernel hands the call to when the routing favours it (by pct / 100 weight
-  // passes); the verdict word's offset inside "sync".
+  // that the table's kernel (a smaller tile: it decides) hands the call to when the routing
+  // favours it (by pct / 100 weight passes; the kernel of that tile reads the verdict); the
+  // verdict word's offset inside "sync".
   u64 sync_tile_choice;
   int tile_choice_alt, tile_choice_pct;
 };

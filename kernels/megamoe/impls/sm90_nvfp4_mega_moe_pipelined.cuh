@@ -449,7 +449,7 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
   // The counts go to the token tile's memory, free until the first tile: 8 x (max(H, I) + 8) f16
   // hold E <= 4 (max(H, I) + 8) ints, at least 1568 where the host asks for a choice (H and I
   // multiples of 384 or 512), and E <= 1024 (validate_config); shapes without room never build it.
-  if (a.tile_choice_alt != 0) {
+  if (a.tile_choice_alt > BM) {
     if constexpr (sizeof(s.b) >= sizeof(int) * EL * R) {
       const int chosen = nvfp4_moe::choose_tile_rows<EL * R, K, R, BM, kThreads>(
           a, s, reinterpret_cast<int*>(s.b), a.tile_choice_alt, a.tile_choice_pct);

@@ -561,9 +561,9 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
   // before it has completed and its writes are visible.
   ptx::griddep_wait();
 
-  // Tile choice on the device: the table's kernel, launched before this one and now complete,
-  // left its verdict; every CTA of every rank reads the same one.
-  if (a.tile_choice_alt != 0 && *nvfp4_moe::tile_choice_word(a, rank_of()) != BM) return;
+  // Tile choice on the device, this kernel the alternative: the table's kernel, launched before
+  // this one and now complete, left its verdict; every CTA of every rank reads the same one.
+  if (a.tile_choice_alt == BM && *nvfp4_moe::tile_choice_word(a, rank_of()) != BM) return;
 
   // Ranks in other processes: as in the pipelined kernel, every rank's pre-dispatch of this call
   // is complete (and every rank finished the previous call) before anything is read.
@@ -579,6 +579,21 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
   nvfp4_moe::plan_tiles<EL, K, R, BM, TMAX, kThreads, kThreads + 32>(a, s, rank_of() * EL);
   // The rank's tile count, clamped to the pool as plan_tiles returns it (read again where used).
   auto total_tiles = [&] { return min(s.tile_prefix[EL], a.pool_rows / BM); };
+
+  // Tile choice on the device, this kernel the table's: as in the pipelined kernel, it counts
+  // every expert's routes (in the ring, free until the producer's first copy) and either runs the
+  // call or leaves it to the wide kernel of the larger tile launched behind it.
+  if (a.tile_choice_alt > BM) {
+    if constexpr (sizeof(s.ring) >= sizeof(int) * EL * R) {
+      const int chosen = nvfp4_moe::choose_tile_rows<EL * R, K, R, BM, kThreads>(
+          a, s, reinterpret_cast<int*>(s.ring), a.tile_choice_alt, a.tile_choice_pct);
+      if (cta_in_rank() == 0 && tid == 0) *nvfp4_moe::tile_choice_word(a, rank_of()) = chosen;
+      ptx::griddep_launch_dependents();
+      if (chosen != BM) return;
+    } else {
+      __trap();  // the host never asks for a choice this build has no room to count
+    }
+  }
 
   if (warp == kProducerWarp) {
     // Producer: publishes each unit into the unit ring and fills one stage per CK k: lane r < 16

@@ -5,11 +5,12 @@
 // The host's BLOCK_M table follows the expected tokens per expert, i.e. uniform routing. Under
 // skewed routing the popular experts hold many tokens, and a small tile streams and decodes
 // their weights once per tile: at dsv4-flash T = 128, Zipf(1.2), the wide kernel's 32-token
-// tiles take 17 % less time than the table's 8 (bench/NOTES.md, run 136), while under uniform
-// routing they cost 2-9 % more. The host cannot see the counts (they are on the device, and the
-// call is graph-captured), so where the choice matters it launches both kernels: the table's
-// (the pipelined kernel) first, which counts every expert's routes and records the verdict, and
-// the wide kernel, which reads it; the kernel not chosen returns before it touches anything.
+// tiles take 14-17 % less time than the table's 8 (bench/NOTES.md, runs 136 and 182), while
+// under uniform routing they cost up to 15 % more. The host cannot see the counts (they are on
+// the device, and the call is graph-captured), so where the choice matters it launches two
+// kernels: the table's (the pipelined kernel at 8, the wide one at 16) first, which counts every
+// expert's routes and records the verdict, and the wide kernel of 32-token tiles, which reads
+// it; the kernel not chosen returns before it touches anything.
 #include "megamoe/impls/sm90_nvfp4_mega_moe.cuh"  // Nvfp4MoeArgs
 
 namespace megamoe::device::nvfp4_moe {
