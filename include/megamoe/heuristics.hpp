@@ -14,12 +14,12 @@ namespace megamoe {
 int get_block_m_for_mega_moe(const MoEConfig& config, std::int64_t num_tokens_per_rank);
 
 // Tile choice on the device: where the table picks 8- or 16-token tiles for at least one route
-// per expert on average and the wide kernel can run 32-token tiles, skewed
-// routing can make the larger tile much faster (popular experts stream their weights once per
-// tile): there this returns 32, and nvfp4_mega_moe launches both kernels -- the first counts the
-// call's routes on the device and hands the call to the second when the table's tile would
-// stream at least tile_choice_percent() / 100 times the weight passes. nullopt elsewhere, and
-// when MEGAMOE_TILE_CHOICE=0, MEGAMOE_BLOCK_M or MEGAMOE_NVFP4_KERNEL is set (read like
+// per expert on average and the wide kernel can run 32-token tiles, skewed routing can make the
+// larger tile much faster (popular experts stream their weights once per tile): there this
+// returns 32, and nvfp4_mega_moe launches two kernels -- the table's counts the call's routes on
+// the device and hands the call to the second when its tile would stream at least
+// tile_choice_percent() / 100 times the weight passes of 32. nullopt elsewhere, and when
+// MEGAMOE_TILE_CHOICE=0, MEGAMOE_BLOCK_M or MEGAMOE_NVFP4_KERNEL is set (read like
 // MEGAMOE_BLOCK_M: set it before the buffer is planned). Only launches that drive every rank
 // (the `local` provider) use it: ranks in other processes may see different token counts, and
 // the two kernels of a call must be launched on every rank alike.
