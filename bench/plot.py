@@ -25,7 +25,11 @@ def main():
     if len(sys.argv) != 3:
         print(__doc__)
         return 2
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        print("plot.py needs matplotlib: pip install -r bench/requirements-plot.txt", file=sys.stderr)
+        return 1
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -842,11 +842,11 @@ int expected_tile_choice(const MoEConfig& cfg, const std::vector<std::int64_t>& 
 // expert the table runs the pipelined kernel's 8-token tiles, at 6 the wide kernel's 16, and the
 // call launches a second kernel, the wide one of 32-token tiles. Uniform routes keep the table's
 // tile; routes piled onto one expert (and, as the routes fall, Zipf-skewed ones) hand the call to
-// the 32-token tiles. Every rank records
-// the verdict the host's mirror of the rule gives for the same routes, and the output equals,
-// bit for bit, the table's kernel alone (a buffer planned with MEGAMOE_TILE_CHOICE=0). Then two
-// layers that choose differently alternate on one stream without synchronization, eagerly and
-// as a graph: the second kernel of each call must read its own call's verdict.
+// the 32-token tiles. Every rank records the verdict the host's mirror of the rule gives for the
+// same routes, and the output equals, bit for bit, the table's kernel alone (a buffer planned
+// with MEGAMOE_TILE_CHOICE=0). Then two layers that choose differently alternate on one stream
+// without synchronization, eagerly and as a graph: the second kernel of each call must read its
+// own call's verdict.
 TEST_F(Nvfp4MegaMoe, DeviceTileChoiceFollowsRouting) {
   for (const char* v : {"MEGAMOE_NVFP4_KERNEL", "MEGAMOE_BLOCK_M", "MEGAMOE_TILE_CHOICE"}) {
     if (const char* set = std::getenv(v); set != nullptr && *set != '\0') {
