@@ -28,7 +28,7 @@ def main():
     try:
         import matplotlib
     except ImportError:
-        print("plot.py needs matplotlib: pip install -r bench/requirements-plot.txt", file=sys.stderr)
+        sys.stderr.write("plot.py needs matplotlib: pip install -r bench/requirements-plot.txt\n")
         return 1
 
     matplotlib.use("Agg")
