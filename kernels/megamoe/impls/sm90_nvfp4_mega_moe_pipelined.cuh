@@ -445,22 +445,12 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
           a, s, first_expert);
 
   // Tile choice on the device: the wide kernel launched after this one takes the call instead
-  // when the routing favours its tile (the verdict is the same in every CTA of every rank).
-  // The counts go to the token tile's memory, free until the first tile: 8 x (max(H, I) + 8) f16
-  // hold E <= 4 (max(H, I) + 8) ints, at least 1568 where the host asks for a choice (H and I
-  // multiples of 384 or 512), and E <= 1024 (validate_config); shapes without room never build it.
-  if (a.tile_choice_alt > BM) {
-    if constexpr (sizeof(s.b) >= sizeof(int) * EL * R) {
-      const int chosen = nvfp4_moe::choose_tile_rows<EL * R, K, R, BM, kThreads>(
-          a, s, reinterpret_cast<int*>(s.b), a.tile_choice_alt, a.tile_choice_pct);
-      if (cta_in_rank == 0 && tid == 0) *nvfp4_moe::tile_choice_word(a, rank) = chosen;
-      // The wide kernel may launch its CTAs now: they take SMs as this kernel's CTAs leave (it
-      // waits for this grid's completion before it reads the verdict), instead of after the grid.
-      ptx::griddep_launch_dependents();
-      if (chosen != BM) return;
-    } else {
-      __trap();  // the host never asks for a choice this build has no room to count
-    }
+  // when the routing favours its tile (the verdict is the same in every CTA of every rank); the
+  // routes are counted in the token tile's memory, free until the first tile.
+  if (a.tile_choice_alt > BM &&
+      !nvfp4_moe::table_kernel_keeps_call<EL * R, K, R, BM, kThreads, sizeof(s.b)>(
+          a, s, s.b, [&] { return cta_in_rank == 0; }, [&] { return rank; })) {
+    return;
   }
 
   Schedule<EL, BM, NS, CT, HT> sched;

@@ -563,7 +563,7 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
 
   // Tile choice on the device, this kernel the alternative: the table's kernel, launched before
   // this one and now complete, left its verdict; every CTA of every rank reads the same one.
-  if (a.tile_choice_alt == BM && *nvfp4_moe::tile_choice_word(a, rank_of()) != BM) return;
+  if (a.tile_choice_alt == BM && !nvfp4_moe::alternative_kernel_runs(a, rank_of(), BM)) return;
 
   // Ranks in other processes: as in the pipelined kernel, every rank's pre-dispatch of this call
   // is complete (and every rank finished the previous call) before anything is read.
@@ -583,16 +583,10 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
   // Tile choice on the device, this kernel the table's: as in the pipelined kernel, it counts
   // every expert's routes (in the ring, free until the producer's first copy) and either runs the
   // call or leaves it to the wide kernel of the larger tile launched behind it.
-  if (a.tile_choice_alt > BM) {
-    if constexpr (sizeof(s.ring) >= sizeof(int) * EL * R) {
-      const int chosen = nvfp4_moe::choose_tile_rows<EL * R, K, R, BM, kThreads>(
-          a, s, reinterpret_cast<int*>(s.ring), a.tile_choice_alt, a.tile_choice_pct);
-      if (cta_in_rank() == 0 && tid == 0) *nvfp4_moe::tile_choice_word(a, rank_of()) = chosen;
-      ptx::griddep_launch_dependents();
-      if (chosen != BM) return;
-    } else {
-      __trap();  // the host never asks for a choice this build has no room to count
-    }
+  if (a.tile_choice_alt > BM &&
+      !nvfp4_moe::table_kernel_keeps_call<EL * R, K, R, BM, kThreads, sizeof(s.ring)>(
+          a, s, s.ring, [&] { return cta_in_rank() == 0; }, rank_of)) {
+    return;
   }
 
   if (warp == kProducerWarp) {

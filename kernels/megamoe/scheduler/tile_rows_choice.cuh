@@ -72,4 +72,33 @@ MEGAMOE_DEVICE volatile int* tile_choice_word(const Nvfp4MoeArgs& a, int rank) {
   return reinterpret_cast<volatile int*>(a.base[rank] + a.off_sync + a.sync_tile_choice);
 }
 
+// The table's kernel (tile BM < a.tile_choice_alt) after its phase 0, every thread of the CTA:
+// counts the routes in `scratch` (SCRATCH bytes of shared memory free until the kernel's first
+// tile), records the verdict (the rank's first CTA: `first_cta()`, `rank_of()`, evaluated there
+// only, as the kernels derive them where used), lets the alternative's kernel launch its CTAs as
+// this kernel's leave (it waits for this grid's completion before it reads the verdict), and
+// returns whether this kernel runs the call. A build without room for E ints traps: the host asks
+// for a choice only where H and I are multiples of 384 or 512, i.e. room for >= 1568 > E.
+template <int E, int K, int R, int BM, int THREADS, int SCRATCH, class S, class FirstCta,
+          class RankOf>
+MEGAMOE_DEVICE bool table_kernel_keeps_call(const Nvfp4MoeArgs& a, S& s, void* scratch,
+                                            FirstCta first_cta, RankOf rank_of) {
+  if constexpr (SCRATCH >= static_cast<int>(sizeof(int)) * E) {
+    const int chosen = choose_tile_rows<E, K, R, BM, THREADS>(a, s, static_cast<int*>(scratch),
+                                                              a.tile_choice_alt, a.tile_choice_pct);
+    if (first_cta() && threadIdx.x == 0) *tile_choice_word(a, rank_of()) = chosen;
+    ptx::griddep_launch_dependents();
+    return chosen == BM;
+  } else {
+    __trap();
+    return true;
+  }
+}
+
+// The alternative's kernel (tile BM == a.tile_choice_alt) right after griddepcontrol.wait:
+// whether the table's kernel, now complete, handed it the call.
+MEGAMOE_DEVICE bool alternative_kernel_runs(const Nvfp4MoeArgs& a, int rank, int bm) {
+  return *tile_choice_word(a, rank) == bm;
+}
+
 }  // namespace megamoe::device::nvfp4_moe
