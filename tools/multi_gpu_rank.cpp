@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "megamoe/buffer.hpp"
 #include "megamoe/error.hpp"
 #include "megamoe/heuristics.hpp"
+#include "megamoe/nvfp4_mega_moe.hpp"
 #include "megamoe/presets.hpp"
 #include "runtime/cuda_driver.hpp"
 #include "runtime/device_memory.hpp"
@@ -296,7 +298,7 @@ int run_bench_rank(const MultiGpuBenchOptions& o, RankChannel& ch) {
         "payload MB/rank | payload GB/s | kernel MB/rank (model) | kernel GB/s (model) | "
         "virtual check |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
         "preset,ranks,tokens,block_m,us,remote_in_max,payload_bytes,payload_gbs,"
-        "kernel_bytes_model,kernel_gbs_model,check\n");
+        "kernel_bytes_model,kernel_gbs_model,check,rank_block_m\n");
   }
 
   for (const std::string& preset_name : o.presets) {
@@ -334,6 +336,23 @@ int run_bench_rank(const MultiGpuBenchOptions& o, RankChannel& ch) {
         problems += "rank " + std::to_string(me) + " " + where + ": " + std::to_string(unwritten) +
                     " output elements never written\n";
       }
+      // Tile choice on the device: this rank's verdict from its own experts' routes, against
+      // the host's computation of the same rule.
+      const int table_bm = get_block_m_for_mega_moe(c, T);
+      int ran_bm = table_bm;
+      if (const std::optional<int> alt = get_device_choice_block_m_for_mega_moe(c, T)) {
+        ran_bm = nvfp4_tile_choice_of_last_call(buffer, me);
+        const std::vector<std::int64_t> all = ranks.expert_route_counts();
+        const std::int64_t el = c.experts_per_rank();
+        const std::vector<std::int64_t> own(all.begin() + me * el, all.begin() + (me + 1) * el);
+        const int want = tile_choice_for_route_counts(own, table_bm, *alt);
+        if (ran_bm != want) {
+          problems += "rank " + std::to_string(me) + " " + where + ": the device chose BLOCK_M " +
+                      std::to_string(ran_bm) + ", the rule on its experts' routes gives " +
+                      std::to_string(want) + "\n";
+        }
+      }
+      const std::vector<std::string> ran = ch.gather(std::to_string(ran_bm), 0);
       if (o.check_virtual) {
         ch.phase(where + ": virtual check");
         const std::vector<std::string> gathered = ch.gather(bytes_of(out), 0);
@@ -380,17 +399,25 @@ int run_bench_rank(const MultiGpuBenchOptions& o, RankChannel& ch) {
           nvlink_kernel_bytes_model(c.shape.hidden, c.shape.intermediate, c.shape.top_k, R, T,
                                     get_num_sms(), rin, c.fp8_combine);
       const double s = slowest * 1e-3;
-      char md[512], csv[512];
+      // "8", or with a choice on the device "8 / 32 (ran 32, 8)": the table's tile, the
+      // alternative and what each rank ran.
+      std::string bm_md = std::to_string(table_bm), bm_csv;
+      for (const std::string& r : ran) bm_csv += (bm_csv.empty() ? "" : ";") + r;
+      if (const std::optional<int> alt = get_device_choice_block_m_for_mega_moe(c, T)) {
+        std::string list;
+        for (const std::string& r : ran) list += (list.empty() ? "" : ", ") + r;
+        bm_md += " / " + std::to_string(*alt) + " (ran " + list + ")";
+      }
+      char md[640], csv[640];
       std::snprintf(md, sizeof(md),
-                    "| %s | %d | %lld | %d | %.1f | %lld | %.3f | %.1f | %.3f | %.1f | %s |\n",
-                    preset_name.c_str(), R, static_cast<long long>(T),
-                    get_block_m_for_mega_moe(c, T), slowest * 1e3, static_cast<long long>(rin),
-                    payload / 1e6, payload / s / 1e9, kernel / 1e6, kernel / s / 1e9,
-                    check.c_str());
-      std::snprintf(csv, sizeof(csv), "%s,%d,%lld,%d,%.3f,%lld,%.0f,%.3f,%.0f,%.3f,%s\n",
-                    preset_name.c_str(), R, static_cast<long long>(T),
-                    get_block_m_for_mega_moe(c, T), slowest * 1e3, static_cast<long long>(rin),
-                    payload, payload / s / 1e9, kernel, kernel / s / 1e9, check.c_str());
+                    "| %s | %d | %lld | %s | %.1f | %lld | %.3f | %.1f | %.3f | %.1f | %s |\n",
+                    preset_name.c_str(), R, static_cast<long long>(T), bm_md.c_str(), slowest * 1e3,
+                    static_cast<long long>(rin), payload / 1e6, payload / s / 1e9, kernel / 1e6,
+                    kernel / s / 1e9, check.c_str());
+      std::snprintf(csv, sizeof(csv), "%s,%d,%lld,%d,%.3f,%lld,%.0f,%.3f,%.0f,%.3f,%s,%s\n",
+                    preset_name.c_str(), R, static_cast<long long>(T), table_bm, slowest * 1e3,
+                    static_cast<long long>(rin), payload, payload / s / 1e9, kernel,
+                    kernel / s / 1e9, check.c_str(), bm_csv.c_str());
       table.row(md, csv);
     }
     ch.phase(preset_name + ": teardown");

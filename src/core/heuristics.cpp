@@ -105,6 +105,24 @@ int tile_choice_percent() {
   return n == 0 ? kDefaultTileChoicePercent : n;
 }
 
+int tile_choice_for_route_counts(std::span<const std::int64_t> route_counts, int block_m,
+                                 int alternative) {
+  if (block_m < 1 || alternative <= block_m) {
+    throw_invalid("block_m, alternative", "must satisfy 1 <= block_m < alternative",
+                  std::to_string(block_m) + ", " + std::to_string(alternative));
+  }
+  std::int64_t small = 0, large = 0;
+  for (std::size_t e = 0; e < route_counts.size(); ++e) {
+    const std::int64_t n = route_counts[e];
+    if (n < 0) {
+      throw_invalid("route_counts[" + std::to_string(e) + "]", "must be >= 0", std::to_string(n));
+    }
+    small += (n + block_m - 1) / block_m;
+    large += (n + alternative - 1) / alternative;
+  }
+  return small * 100 >= large * tile_choice_percent() ? alternative : block_m;
+}
+
 std::optional<int> get_device_choice_block_m_for_mega_moe(const MoEConfig& config,
                                                           std::int64_t num_tokens_per_rank) {
   const int bm = get_block_m_for_mega_moe(config, num_tokens_per_rank);  // validates

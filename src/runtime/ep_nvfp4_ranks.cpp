@@ -177,6 +177,15 @@ EpRouteCounts EpNvfp4Ranks::route_counts() const {
   return rc;
 }
 
+std::vector<std::int64_t> EpNvfp4Ranks::expert_route_counts() const {
+  const std::int64_t e = setup_.config.shape.num_experts;
+  std::vector<std::int64_t> count(static_cast<std::size_t>(e), 0);
+  for (const std::int64_t id : inputs_.topk_idx) {
+    if (id >= 0 && id < e) ++count[static_cast<std::size_t>(id)];
+  }
+  return count;
+}
+
 void EpNvfp4Ranks::pre_dispatch(megamoe::Stream stream) {
   if (tokens_ == 0) throw_invalid("tokens", "set_tokens must run before pre_dispatch");
   mega_moe_pre_dispatch(buffer_, pd_, stream);

@@ -46,6 +46,8 @@ class EpNvfp4Ranks {
   void set_tokens(std::int64_t tokens);
   std::int64_t tokens() const { return tokens_; }
   EpRouteCounts route_counts() const;
+  // Routes per expert over every rank's tokens (masked routes excluded): [E].
+  std::vector<std::int64_t> expert_route_counts() const;
 
   // mega_moe_pre_dispatch of the driven ranks, then nvfp4_mega_moe: enqueued on `stream`. With
   // one process per GPU the kernel's entry barrier orders every rank's pre-dispatch before any

@@ -158,6 +158,37 @@ TEST(Heuristics, DeviceTileChoice) {
   }
 }
 
+// The device's rule computed on the host: weight passes sum(ceil(c / tile)), integers, the
+// alternative from tile_choice_percent() / 100 times its passes on (so the edge itself switches).
+TEST(Heuristics, TileChoiceForRouteCounts) {
+  using V = std::vector<std::int64_t>;
+  // No routes: 0 passes >= 0, as on the GPU.
+  EXPECT_EQ(tile_choice_for_route_counts(V{}, 8, 32), 32);
+  EXPECT_EQ(tile_choice_for_route_counts(V{1, 1, 1, 1}, 8, 32), 8);  // 4 passes each way
+  EXPECT_EQ(tile_choice_for_route_counts(V{32}, 8, 32), 32);         // 4 passes against 1
+  EXPECT_EQ(tile_choice_for_route_counts(V{0, 0, 9}, 8, 32), 32);    // 2 against 1
+  // 20 experts of 1 route and one of 9: 22 passes of 8 against 21 of 32, 104.8 % < 105 %.
+  V edge(20, 1);
+  edge.push_back(9);
+  EXPECT_EQ(tile_choice_for_route_counts(edge, 8, 32), 8);
+  edge.push_back(0);
+  edge.push_back(17);  // 25 passes against 22: 113.6 %
+  EXPECT_EQ(tile_choice_for_route_counts(edge, 8, 32), 32);
+  {
+    const test::ScopedEnv ratio("MEGAMOE_TILE_CHOICE", "120");
+    EXPECT_EQ(tile_choice_for_route_counts(edge, 8, 32), 8);
+  }
+  // 20 experts of 1 route and three of 17: 26 passes of 16 against 23 of 32, 113 %.
+  V sixteen(20, 1);
+  for (int i = 0; i < 3; ++i) sixteen.push_back(17);
+  EXPECT_EQ(tile_choice_for_route_counts(sixteen, 16, 32), 32);
+  EXPECT_INVALID(tile_choice_for_route_counts(V{1}, 32, 32), "block_m, alternative",
+                 "must satisfy 1 <= block_m < alternative");
+  EXPECT_INVALID(tile_choice_for_route_counts(V{1}, 0, 32), "block_m, alternative",
+                 "must satisfy 1 <= block_m < alternative");
+  EXPECT_INVALID(tile_choice_for_route_counts(V{1, -1}, 8, 32), "route_counts[1]", "must be >= 0");
+}
+
 TEST(Heuristics, BlockMTokenRange) {
   const MoEConfig c = config(256, 8, 8, 128);
   EXPECT_INVALID(get_block_m_for_mega_moe(c, 0), "num_tokens_per_rank",

@@ -164,6 +164,26 @@ TEST_F(MultiGpu, AcrossGpusFp8CombineBitwiseEqualToVirtualRanks) {
   EXPECT_EQ(count_of(r.output, "DIFFERS"), 0) << r.output;
 }
 
+// Tile choice on the device with one process per GPU: each rank counts its own experts' routes
+// and picks its tile alone, so under Zipf(1.2) routing the ranks may run different kernels in
+// one call (their kernels meet only at the cross-rank barriers). Every rank's verdict is checked
+// against the host's rule on the same routes (the bench reports a mismatch as a failure), and
+// every output stays bitwise equal to R virtual ranks, which decide once for all ranks.
+TEST_F(MultiGpu, AcrossGpusTileChoicePerRankBitwiseEqualToVirtualRanks) {
+  if (!have_two_gpus()) GTEST_SKIP() << "needs >= 2 GPUs, found " << gpus_;
+  const ToolRun r = run_tool(
+      "bench --ranks 2 --preset dsv4-flash --routing zipf --tokens 24,48,64,128 --check-virtual "
+      "--iters 2 --reps 3");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(count_of(r.output, "bitwise equal"), 4) << r.output;
+  EXPECT_EQ(count_of(r.output, "DIFFERS"), 0) << r.output;
+  EXPECT_EQ(count_of(r.output, "(ran "), 4) << "every row had a choice on the device\n" << r.output;
+  // Skew that strong piles routes onto a few experts: at 128 tokens a rank takes 32.
+  EXPECT_TRUE(r.output.find("(ran 32") != std::string::npos ||
+              r.output.find(", 32)") != std::string::npos)
+      << r.output;
+}
+
 TEST_F(MultiGpu, AMissingRankTimesOutNamingRankAndPhase) {
   if (!have_two_gpus()) GTEST_SKIP() << "needs >= 2 GPUs, found " << gpus_;
   const int ranks = 2;

@@ -821,21 +821,15 @@ TEST_F(Nvfp4MegaMoe, LayersBackToBackOnOneStream) {
   std::printf("  back to back (eager and graph): bitwise equal to the synchronized runs\n");
 }
 
-// The host's mirror of the device's tile choice (kernels/megamoe/scheduler/tile_rows_choice.cuh)
-// over every rank's routes: the alternative when the table's tile streams at least pct / 100
-// times its weight passes.
+// The verdict the host computes (tile_choice_for_route_counts) for the device's rule over every
+// rank's routes: one launch drives every rank here, so it counts every expert.
 int expected_tile_choice(const MoEConfig& cfg, const std::vector<std::int64_t>& ids, int bm,
                          int alt) {
   std::vector<std::int64_t> count(static_cast<std::size_t>(cfg.shape.num_experts), 0);
   for (std::int64_t id : ids) {
     if (id >= 0) ++count[static_cast<std::size_t>(id)];
   }
-  std::int64_t small = 0, large = 0;
-  for (std::int64_t n : count) {
-    small += (n + bm - 1) / bm;
-    large += (n + alt - 1) / alt;
-  }
-  return small * 100 >= large * tile_choice_percent() ? alt : bm;
+  return tile_choice_for_route_counts(count, bm, alt);
 }
 
 // Tile choice on the device (get_device_choice_block_m_for_mega_moe): at 3 expected tokens per

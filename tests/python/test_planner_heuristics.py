@@ -71,6 +71,21 @@ def test_device_tile_choice():
     assert 100 <= megamoe.tile_choice_percent() <= 1000
 
 
+def test_tile_choice_for_route_counts(monkeypatch):
+    monkeypatch.delenv("MEGAMOE_TILE_CHOICE", raising=False)
+    # One hot expert: 4 passes of 8 against 1 of 32. Uniform single routes: 4 passes either way.
+    assert megamoe.tile_choice_for_route_counts([32, 0, 0], 8, 32) == 32
+    assert megamoe.tile_choice_for_route_counts([1, 1, 1, 1], 8, 32) == 8
+    # 22 passes against 21 is below 105 %, and at or above 100 %.
+    assert megamoe.tile_choice_for_route_counts([1] * 20 + [9], 8, 32) == 8
+    monkeypatch.setenv("MEGAMOE_TILE_CHOICE", "100")
+    assert megamoe.tile_choice_for_route_counts([1] * 20 + [9], 8, 32) == 32
+    with pytest.raises(megamoe.InvalidArgument, match=r"route_counts\[1\]"):
+        megamoe.tile_choice_for_route_counts([1, -1], 8, 32)
+    with pytest.raises(megamoe.InvalidArgument, match="block_m, alternative"):
+        megamoe.tile_choice_for_route_counts([1], 32, 16)
+
+
 def test_sm_budget_rule():
     assert megamoe.resolve_num_sms(132, 0, None) == 132
     assert megamoe.resolve_num_sms(132, 0, "3") == 128  # headroom rounded up to even

@@ -562,12 +562,13 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
   ptx::griddep_wait();
 
   // Tile choice on the device, this kernel the alternative: the table's kernel, launched before
-  // this one and now complete, left its verdict; every CTA of every rank reads the same one.
+  // this one and now complete, left its rank's verdict; every CTA of a rank reads the same one.
   if (a.tile_choice_alt == BM && !nvfp4_moe::alternative_kernel_runs(a, rank_of(), BM)) return;
 
   // Ranks in other processes: as in the pipelined kernel, every rank's pre-dispatch of this call
-  // is complete (and every rank finished the previous call) before anything is read.
-  if (a.num_driven < R) {
+  // is complete (and every rank finished the previous call) before anything is read. As the
+  // alternative, the table's kernel has passed this call's entry barrier before handing over.
+  if (a.num_driven < R && a.tile_choice_alt != BM) {
     cross_rank_barrier(
         [&](int p) {
           return reinterpret_cast<u32*>(a.base[p] + a.off_sync + a.sync_rank_barrier + 32);
@@ -584,7 +585,7 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
   // every expert's routes (in the ring, free until the producer's first copy) and either runs the
   // call or leaves it to the wide kernel of the larger tile launched behind it.
   if (a.tile_choice_alt > BM &&
-      !nvfp4_moe::table_kernel_keeps_call<EL * R, K, R, BM, kThreads, sizeof(s.ring)>(
+      !nvfp4_moe::table_kernel_keeps_call<EL, K, R, BM, kThreads, sizeof(s.ring)>(
           a, s, s.ring, [&] { return cta_in_rank() == 0; }, rank_of)) {
     return;
   }

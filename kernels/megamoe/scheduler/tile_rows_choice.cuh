@@ -21,18 +21,51 @@ MEGAMOE_DEVICE int weight_passes(int count, int tile) {
   return (count + tile - 1) / tile;
 }
 
-// Every CTA, redundantly, on every rank alike (it counts all ranks' routes to all E experts, so
-// every CTA of every rank reaches the same verdict: the kernels of one call must agree, their
-// barriers span ranks): `alt` when the table's tile BM would stream at least pct / 100 times the
-// weight passes of `alt`, else BM. `counts`: E ints of shared memory free until the caller's next
+// The verdict of the routes counted in `counts[0, n)`, in every thread of the CTA (all BLOCK
+// threads call it; its barriers are CTA-wide): `alt` when the table's tile BM would stream at
+// least pct / 100 times the weight passes of `alt`, else BM. `word`: one int of shared memory
+// outside `counts`, free until the caller's next barrier.
+template <int BM>
+MEGAMOE_DEVICE int tile_rows_verdict(const int* counts, int n, int alt, int pct, int* word) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (warp == 0) {
+    int small = 0, large = 0;
+    for (int e = lane; e < n; e += 32) {
+      small += weight_passes(counts[e], BM);
+      large += weight_passes(counts[e], alt);
+    }
+    small = static_cast<int>(__reduce_add_sync(0xFFFFFFFFu, static_cast<unsigned>(small)));
+    large = static_cast<int>(__reduce_add_sync(0xFFFFFFFFu, static_cast<unsigned>(large)));
+    // In 64-bit integers: exact at every count (no rounding at the edge).
+    if (lane == 0) {
+      *word = static_cast<long long>(small) * 100 >= static_cast<long long>(large) * pct ? alt : BM;
+    }
+  }
+  __syncthreads();
+  const int chosen = *word;
+  __syncthreads();  // read by all before the caller reuses the memory
+  return chosen;
+}
+
+// Every CTA, redundantly. The experts counted are those of the ranks the launch drives, since its
+// kernels run them all: a launch that drives one rank (R = 1, or ranks in separate processes)
+// takes its experts' counts from phase 0 (s.count, EL of them) and each such rank decides for
+// itself -- its kernels meet the other ranks only at the cross-rank barriers, which every rank
+// passes once a call whichever of its kernels runs it. A launch that drives every rank (`local`
+// provider, R > 1) counts all ranks' routes to all E = EL x R experts, so every CTA of every rank
+// reaches the same verdict. `scratch`: (E + 1) ints of shared memory free until the caller's next
 // barrier; s.src_tokens must hold every source rank's token count (plan_tiles). All BLOCK threads
-// of the CTA call it (its barriers are CTA-wide).
-template <int E, int K, int R, int BM, int THREADS, class S>
-MEGAMOE_DEVICE int choose_tile_rows(const Nvfp4MoeArgs& a, S& s, int* counts, int alt, int pct) {
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+// of the CTA call it.
+template <int EL, int K, int R, int BM, int THREADS, class S>
+MEGAMOE_DEVICE int choose_tile_rows(const Nvfp4MoeArgs& a, S& s, int* scratch, int alt, int pct) {
+  constexpr int E = EL * R;
+  if (R == 1 || a.num_driven == 1) {
+    return tile_rows_verdict<BM>(s.count, EL, alt, pct, scratch);
+  }
+  const int tid = threadIdx.x;
   const bool counting = tid < THREADS;
   if (counting) {
-    for (int e = tid; e < E; e += THREADS) counts[e] = 0;
+    for (int e = tid; e < E; e += THREADS) scratch[e] = 0;
   }
   __syncthreads();
 #pragma unroll
@@ -41,29 +74,11 @@ MEGAMOE_DEVICE int choose_tile_rows(const Nvfp4MoeArgs& a, S& s, int* counts, in
     const int n = s.src_tokens[sr] * K;
     for (int i = tid; counting && i < n; i += THREADS) {
       const int id = __ldg(idx + i);
-      if (id >= 0 && id < E) atomicAdd(counts + id, 1);  // masked routes (-1) take no tile
+      if (id >= 0 && id < E) atomicAdd(scratch + id, 1);  // masked routes (-1) take no tile
     }
   }
   __syncthreads();
-  // Warp 0 sums both tilings' passes; lane 0 leaves the verdict in counts[0] for the CTA.
-  int verdict = 0;
-  if (warp == 0) {
-    int small = 0, large = 0;
-    for (int e = lane; e < E; e += 32) {
-      small += weight_passes(counts[e], BM);
-      large += weight_passes(counts[e], alt);
-    }
-    small = static_cast<int>(__reduce_add_sync(0xFFFFFFFFu, static_cast<unsigned>(small)));
-    large = static_cast<int>(__reduce_add_sync(0xFFFFFFFFu, static_cast<unsigned>(large)));
-    // In 64-bit integers: exact at every count (no rounding at the edge).
-    verdict = static_cast<long long>(small) * 100 >= static_cast<long long>(large) * pct ? alt : BM;
-  }
-  __syncthreads();  // every count read before counts[0] is overwritten
-  if (tid == 0) counts[0] = verdict;
-  __syncthreads();
-  const int chosen = counts[0];
-  __syncthreads();  // read by all before the caller reuses the memory
-  return chosen;
+  return tile_rows_verdict<BM>(scratch, E, alt, pct, scratch + E);
 }
 
 // The verdict word of a rank ("tile_choice" in its sync region): written by the rank's first CTA
@@ -72,20 +87,21 @@ MEGAMOE_DEVICE volatile int* tile_choice_word(const Nvfp4MoeArgs& a, int rank) {
   return reinterpret_cast<volatile int*>(a.base[rank] + a.off_sync + a.sync_tile_choice);
 }
 
-// The table's kernel (tile BM < a.tile_choice_alt) after its phase 0, every thread of the CTA:
-// counts the routes in `scratch` (SCRATCH bytes of shared memory free until the kernel's first
-// tile), records the verdict (the rank's first CTA: `first_cta()`, `rank_of()`, evaluated there
-// only, as the kernels derive them where used), lets the alternative's kernel launch its CTAs as
-// this kernel's leave (it waits for this grid's completion before it reads the verdict), and
-// returns whether this kernel runs the call. A build without room for E ints traps: the host asks
-// for a choice only where H and I are multiples of 384 or 512, i.e. room for >= 1568 > E.
-template <int E, int K, int R, int BM, int THREADS, int SCRATCH, class S, class FirstCta,
+// The table's kernel (tile BM < a.tile_choice_alt) after its phase 0 (and, ranks in separate
+// processes, after the call's entry barrier), every thread of the CTA: counts the routes in
+// `scratch` (SCRATCH bytes of shared memory free until the kernel's first tile), records the
+// verdict (the rank's first CTA: `first_cta()`, `rank_of()`, evaluated there only, as the kernels
+// derive them where used), lets the alternative's kernel launch its CTAs as this kernel's leave
+// (it waits for this grid's completion before it reads the verdict), and returns whether this
+// kernel runs the call. A build without room for EL x R + 1 ints traps: the host asks for a choice
+// only where H and I are multiples of 384 or 512, i.e. room for >= 1568 > E + 1.
+template <int EL, int K, int R, int BM, int THREADS, int SCRATCH, class S, class FirstCta,
           class RankOf>
 MEGAMOE_DEVICE bool table_kernel_keeps_call(const Nvfp4MoeArgs& a, S& s, void* scratch,
                                             FirstCta first_cta, RankOf rank_of) {
-  if constexpr (SCRATCH >= static_cast<int>(sizeof(int)) * E) {
-    const int chosen = choose_tile_rows<E, K, R, BM, THREADS>(a, s, static_cast<int*>(scratch),
-                                                              a.tile_choice_alt, a.tile_choice_pct);
+  if constexpr (SCRATCH >= static_cast<int>(sizeof(int)) * (EL * R + 1)) {
+    const int chosen = choose_tile_rows<EL, K, R, BM, THREADS>(
+        a, s, static_cast<int*>(scratch), a.tile_choice_alt, a.tile_choice_pct);
     if (first_cta() && threadIdx.x == 0) *tile_choice_word(a, rank_of()) = chosen;
     ptx::griddep_launch_dependents();
     return chosen == BM;
@@ -96,7 +112,9 @@ MEGAMOE_DEVICE bool table_kernel_keeps_call(const Nvfp4MoeArgs& a, S& s, void* s
 }
 
 // The alternative's kernel (tile BM == a.tile_choice_alt) right after griddepcontrol.wait:
-// whether the table's kernel, now complete, handed it the call.
+// whether the table's kernel, now complete, handed it the call. If so, that kernel has passed the
+// call's entry barrier (ranks in separate processes), and this one skips it: every rank passes
+// each cross-rank barrier once a call.
 MEGAMOE_DEVICE bool alternative_kernel_runs(const Nvfp4MoeArgs& a, int rank, int bm) {
   return *tile_choice_word(a, rank) == bm;
 }

@@ -3,6 +3,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -20,6 +21,13 @@ void register_heuristics(nb::module_& m) {
         "(None where the table's tile stands)");
   m.def("tile_choice_percent", &tile_choice_percent,
         "weight-pass ratio (percent) from which the device takes the larger tile");
+  m.def(
+      "tile_choice_for_route_counts",
+      [](const std::vector<std::int64_t>& route_counts, int block_m, int alternative) {
+        return tile_choice_for_route_counts(route_counts, block_m, alternative);
+      },
+      nb::arg("route_counts"), nb::arg("block_m"), nb::arg("alternative"),
+      "the device's tile choice for per-expert route counts, computed on the host");
   m.def("reachable_block_ms", &reachable_block_ms, nb::arg("config"));
   m.def("block_m_regime_ends", &block_m_regime_ends, nb::arg("config"),
         "largest token count of each reachable BLOCK_M regime, ascending");
