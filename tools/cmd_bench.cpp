@@ -23,7 +23,7 @@ namespace {
 const char* kHelp =
     "usage: megamoe bench --ranks R [--preset P] [--tokens 1,8,16,128] [--check-virtual]\n"
     "                     [--timeout-test] [--seed N] [--iters N] [--reps N]\n"
-    "                     [--routing uniform|zipf|masked20] [--group-timeout-ms MS]\n"
+    "                     [--routing uniform|zipf|zipf-by-id|masked20] [--group-timeout-ms MS]\n"
     "                     [--peer-timeout-ms MS] [--fp8-combine] [--out PREFIX]\n"
     "\n"
     "Runs the NVFP4 MegaMoE layer with one process per GPU (ranks 0..R-1 on GPUs 0..R-1), NCCL\n"
@@ -35,7 +35,9 @@ const char* kHelp =
     "                    provider) and compares every rank's output bitwise\n"
     "  --timeout-test    rank R-1 skips the MoE call; the others must stop after\n"
     "                    --peer-timeout-ms (default 2000) with a fault naming rank and phase\n"
-    "  --fp8-combine     e4m3 combine slots with f32 scales per 128 (config.fp8_combine)\n";
+    "  --fp8-combine     e4m3 combine slots with f32 scales per 128 (config.fp8_combine)\n"
+    "  --routing         zipf: Zipf(1.2) over a seeded permutation of the experts; zipf-by-id:\n"
+    "                    in expert order, so rank 0 holds the hottest experts\n";
 
 std::string self_executable() {
   char buf[4096];
@@ -86,8 +88,9 @@ MultiGpuBenchOptions parse_multi_gpu_options(Args args) {
   if (o.iters < 1) throw_invalid("--iters", "must be >= 1", std::to_string(o.iters));
   if (o.reps < 1) throw_invalid("--reps", "must be >= 1", std::to_string(o.reps));
   o.routing = opt.get_or("routing", "uniform");
-  if (o.routing != "uniform" && o.routing != "zipf" && o.routing != "masked20") {
-    throw_invalid("--routing", "must be uniform, zipf or masked20", o.routing);
+  if (o.routing != "uniform" && o.routing != "zipf" && o.routing != "zipf-by-id" &&
+      o.routing != "masked20") {
+    throw_invalid("--routing", "must be uniform, zipf, zipf-by-id or masked20", o.routing);
   }
   o.group_timeout_ms = opt.get_int("group-timeout-ms", 600000);
   o.peer_timeout_ms = opt.get_int("peer-timeout-ms", 2000);

@@ -55,6 +55,7 @@ ncclComm_t init_nccl(RankChannel& ch) {
 reference::RoutingOptions routing_of(const std::string& name) {
   reference::RoutingOptions r;
   if (name == "zipf") r.skew = reference::RoutingSkew::zipf;
+  if (name == "zipf-by-id") r.skew = reference::RoutingSkew::zipf_by_id;
   if (name == "masked20") r.masked_fraction = 0.2;
   return r;
 }

@@ -110,7 +110,10 @@ LoraGradients side_lora_backward(const MoEConfig& config, const MoEInputs& input
                                  Precision precision = Precision::kernel);
 
 // ---- generators (seeded, reproducible, multithreaded where it matters) ---------------------
-enum class RoutingSkew : std::uint8_t { uniform, zipf };
+// zipf: the popularity ranks follow a seeded permutation of the experts. zipf_by_id: expert i is
+// the (i + 1)-th most popular, so with expert parallelism rank 0 holds the hottest experts and the
+// last rank the coldest (ranks unevenly loaded, as real routers leave them without rebalancing).
+enum class RoutingSkew : std::uint8_t { uniform, zipf, zipf_by_id };
 
 struct RoutingOptions {
   RoutingSkew skew = RoutingSkew::uniform;
@@ -118,9 +121,9 @@ struct RoutingOptions {
   double masked_fraction = 0.0;  // each route independently set to -1 with this probability
 };
 
-// Top-k distinct experts per token (uniform or Zipf-skewed over a seeded permutation of the
-// experts), weights = softmax of standard-normal logits over the k routes. Fills topk_idx and
-// topk_weights for `num_tokens` tokens.
+// Top-k distinct experts per token (uniform, or Zipf-skewed over a seeded permutation of the
+// experts or in expert order), weights = softmax of standard-normal logits over the k routes. Fills
+// topk_idx and topk_weights for `num_tokens` tokens.
 void random_routing(const MoEConfig& config, std::int64_t num_tokens, const RoutingOptions& options,
                     std::uint64_t seed, MoEInputs& inputs);
 // [rows, cols] standard-normal values times `stddev`, rounded to bf16.

@@ -222,7 +222,8 @@ void random_routing(const MoEConfig& config, std::int64_t num_tokens, const Rout
     throw_invalid("options.masked_fraction", "must be in [0, 1]",
                   std::to_string(options.masked_fraction));
   }
-  if (options.skew == RoutingSkew::zipf && !(options.zipf_exponent >= 0.0)) {
+  const bool zipf = options.skew == RoutingSkew::zipf || options.skew == RoutingSkew::zipf_by_id;
+  if (zipf && !(options.zipf_exponent >= 0.0)) {
     throw_invalid("options.zipf_exponent", "must be >= 0", std::to_string(options.zipf_exponent));
   }
   Rng rng(mix_seed(seed, 0x726F757465ull));
@@ -233,8 +234,9 @@ void random_routing(const MoEConfig& config, std::int64_t num_tokens, const Rout
     std::swap(perm[i],
               perm[static_cast<std::size_t>(rng.next() % static_cast<std::uint64_t>(i + 1))]);
   }
+  if (options.skew == RoutingSkew::zipf_by_id) std::iota(perm.begin(), perm.end(), 0);
   std::vector<double> popularity(static_cast<std::size_t>(E), 1.0);
-  if (options.skew == RoutingSkew::zipf) {
+  if (zipf) {
     for (std::int64_t i = 0; i < E; ++i) {
       popularity[perm[i]] = 1.0 / std::pow(static_cast<double>(i + 1), options.zipf_exponent);
     }

@@ -58,7 +58,7 @@ TEST(ReferenceGenerators, RoutingIsDistinctSoftmaxAndMasked) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   const MoEConfig c = config(Format::bf16);
   const int K = c.shape.top_k;
-  for (RoutingSkew skew : {RoutingSkew::uniform, RoutingSkew::zipf}) {
+  for (RoutingSkew skew : {RoutingSkew::uniform, RoutingSkew::zipf, RoutingSkew::zipf_by_id}) {
     RoutingOptions ro;
     ro.skew = skew;
     ro.masked_fraction = 0.2;
@@ -87,6 +87,15 @@ TEST(ReferenceGenerators, RoutingIsDistinctSoftmaxAndMasked) {
       EXPECT_NEAR(sum, 1.0, 1e-5);  // softmax over the k routes (before masking)
     }
     EXPECT_NEAR(double(masked) / double(N * K), 0.2, 0.02);
+    if (skew == RoutingSkew::zipf_by_id) {
+      // In expert order: the first half of the experts takes most of the routes, and expert 0
+      // (popularity 1) more than expert 31 (1 / 32^1.2 = 0.016) by far.
+      std::int64_t first_half = 0, all = 0;
+      for (int e = 0; e < 32; ++e) (e < 16 ? first_half : all) += load[e];
+      all += first_half;
+      EXPECT_GT(double(first_half) / double(all), 0.7);
+      EXPECT_GT(load[0], 5 * std::max<std::int64_t>(load[31], 1));
+    }
     std::sort(load.begin(), load.end());
     const double ratio = double(load.back()) / double(std::max<std::int64_t>(load.front(), 1));
     if (skew == RoutingSkew::uniform) {

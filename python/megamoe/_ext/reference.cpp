@@ -312,7 +312,8 @@ void register_reference(nb::module_& root) {
       .value("exact", ref::Precision::exact);
   nb::enum_<ref::RoutingSkew>(m, "RoutingSkew")
       .value("uniform", ref::RoutingSkew::uniform)
-      .value("zipf", ref::RoutingSkew::zipf);
+      .value("zipf", ref::RoutingSkew::zipf)
+      .value("zipf_by_id", ref::RoutingSkew::zipf_by_id);
   nb::enum_<ref::WeightInit>(m, "WeightInit")
       .value("gaussian", ref::WeightInit::gaussian)
       .value("random_codes", ref::WeightInit::random_codes);
