@@ -299,7 +299,7 @@ int run_bench_rank(const MultiGpuBenchOptions& o, RankChannel& ch) {
         "payload MB/rank | payload GB/s | kernel MB/rank (model) | kernel GB/s (model) | "
         "virtual check |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
         "preset,ranks,tokens,block_m,us,remote_in_max,payload_bytes,payload_gbs,"
-        "kernel_bytes_model,kernel_gbs_model,check,rank_block_m\n");
+        "kernel_bytes_model,kernel_gbs_model,check,rank_block_m,rank_passes,rank_us\n");
   }
 
   for (const std::string& preset_name : o.presets) {
@@ -341,11 +341,17 @@ int run_bench_rank(const MultiGpuBenchOptions& o, RankChannel& ch) {
       // the host's computation of the same rule.
       const int table_bm = get_block_m_for_mega_moe(c, T);
       int ran_bm = table_bm;
+      const std::vector<std::int64_t> all = ranks.expert_route_counts();
+      const std::int64_t el = c.experts_per_rank();
+      const std::vector<std::int64_t> own(all.begin() + me * el, all.begin() + (me + 1) * el);
+      // The rank's weight passes with the table's tile and with 32 (what the rule weighs).
+      std::int64_t passes_table = 0, passes_32 = 0;
+      for (const std::int64_t n : own) {
+        passes_table += (n + table_bm - 1) / table_bm;
+        passes_32 += (n + 31) / 32;
+      }
       if (const std::optional<int> alt = get_device_choice_block_m_for_mega_moe(c, T)) {
         ran_bm = nvfp4_tile_choice_of_last_call(buffer, me);
-        const std::vector<std::int64_t> all = ranks.expert_route_counts();
-        const std::int64_t el = c.experts_per_rank();
-        const std::vector<std::int64_t> own(all.begin() + me * el, all.begin() + (me + 1) * el);
         const int want = tile_choice_for_route_counts(own, table_bm, *alt);
         if (ran_bm != want) {
           problems += "rank " + std::to_string(me) + " " + where + ": the device chose BLOCK_M " +
@@ -354,6 +360,8 @@ int run_bench_rank(const MultiGpuBenchOptions& o, RankChannel& ch) {
         }
       }
       const std::vector<std::string> ran = ch.gather(std::to_string(ran_bm), 0);
+      const std::vector<std::string> passes =
+          ch.gather(std::to_string(passes_table) + ":" + std::to_string(passes_32), 0);
       if (o.check_virtual) {
         ch.phase(where + ": virtual check");
         const std::vector<std::string> gathered = ch.gather(bytes_of(out), 0);
@@ -402,8 +410,15 @@ int run_bench_rank(const MultiGpuBenchOptions& o, RankChannel& ch) {
       const double s = slowest * 1e-3;
       // "8", or with a choice on the device "8 / 32 (ran 32, 8)": the table's tile, the
       // alternative and what each rank ran.
-      std::string bm_md = std::to_string(table_bm), bm_csv;
+      std::string bm_md = std::to_string(table_bm), bm_csv, passes_csv;
       for (const std::string& r : ran) bm_csv += (bm_csv.empty() ? "" : ";") + r;
+      for (const std::string& p : passes) passes_csv += (passes_csv.empty() ? "" : ";") + p;
+      std::string times_csv;
+      for (const std::string& t : times) {
+        char us[32];
+        std::snprintf(us, sizeof(us), "%.1f", std::atof(t.c_str()) * 1e3);
+        times_csv += (times_csv.empty() ? "" : ";") + std::string(us);
+      }
       if (const std::optional<int> alt = get_device_choice_block_m_for_mega_moe(c, T)) {
         std::string list;
         for (const std::string& r : ran) list += (list.empty() ? "" : ", ") + r;
@@ -415,10 +430,11 @@ int run_bench_rank(const MultiGpuBenchOptions& o, RankChannel& ch) {
                     preset_name.c_str(), R, static_cast<long long>(T), bm_md.c_str(), slowest * 1e3,
                     static_cast<long long>(rin), payload / 1e6, payload / s / 1e9, kernel / 1e6,
                     kernel / s / 1e9, check.c_str());
-      std::snprintf(csv, sizeof(csv), "%s,%d,%lld,%d,%.3f,%lld,%.0f,%.3f,%.0f,%.3f,%s,%s\n",
+      std::snprintf(csv, sizeof(csv), "%s,%d,%lld,%d,%.3f,%lld,%.0f,%.3f,%.0f,%.3f,%s,%s,%s,%s\n",
                     preset_name.c_str(), R, static_cast<long long>(T), table_bm, slowest * 1e3,
                     static_cast<long long>(rin), payload, payload / s / 1e9, kernel,
-                    kernel / s / 1e9, check.c_str(), bm_csv.c_str());
+                    kernel / s / 1e9, check.c_str(), bm_csv.c_str(), passes_csv.c_str(),
+                    times_csv.c_str());
       table.row(md, csv);
     }
     ch.phase(preset_name + ": teardown");
