@@ -106,9 +106,15 @@ int tile_choice_percent() {
   return n == 0 ? kDefaultTileChoicePercent : n;
 }
 
-int tile_choice_min_gain_passes(const MoEConfig& config, bool separate_processes) {
+int tile_choice_min_gain_passes(const MoEConfig& config, int table_block_m,
+                                bool separate_processes) {
   validate::validate_config(config);
-  if (!separate_processes) return 0;
+  if (table_block_m < 1) {
+    throw_invalid("table_block_m", "must be >= 1", std::to_string(table_block_m));
+  }
+  // Only the pipelined kernel (the table's 8) starts sooner than the wide one; from 16 on the
+  // table's tile runs in the wide kernel too (run 191: 16 -> 32 gains at pass ratios 1.09-1.14).
+  if (!separate_processes || table_block_m >= 16) return 0;
   // Run 190 (two H200s, Zipf in expert order and permuted, 22-128 tokens a rank): 32-token tiles
   // forced against the table's 8 fit t = a P + F with F larger by ~14 us for the wide kernel at
   // dsv4-flash, and the two-launch handover across processes adds ~10 us more (run 189); the

@@ -223,7 +223,7 @@ void nvfp4_mega_moe(const SymmBuffer& buffer, std::span<const Nvfp4KernelWeights
   a.tile_choice_alt = alt ? *alt : 0;
   a.tile_choice_pct = tile_choice_percent();
   a.tile_choice_min_gain =
-      tile_choice_min_gain_passes(c, static_cast<int>(driven.size()) < c.num_ranks);
+      tile_choice_min_gain_passes(c, block_m, static_cast<int>(driven.size()) < c.num_ranks);
 
   auto launch = [&](CUfunction f, int bm) {
     runtime::LaunchConfig cfg;

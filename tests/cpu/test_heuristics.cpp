@@ -193,19 +193,22 @@ TEST(Heuristics, TileChoiceForRouteCounts) {
   EXPECT_INVALID(tile_choice_for_route_counts(edge, 8, 32, -1), "min_gain_passes", "must be >= 0");
 }
 
-// The larger tile's extra start with ranks in separate processes, in passes of one expert's
-// weights: ~48 us at ~3.7 TB/s. None where one launch drives every rank.
+// The wide kernel's later start against the pipelined kernel's with ranks in separate
+// processes, in passes of one expert's weights: ~48 us at ~3.7 TB/s. None where one launch drives
+// every rank, and none from the table's 16 on (the wide kernel either way).
 TEST(Heuristics, TileChoiceMinGainPasses) {
   MoEConfig c = config(256, 2, 6, 128);
   c.shape.hidden = 4096;
   c.shape.intermediate = 2048;  // dsv4-flash: 14.2 MB an expert
-  EXPECT_EQ(tile_choice_min_gain_passes(c, false), 0);
-  EXPECT_EQ(tile_choice_min_gain_passes(c, true), 13);
+  EXPECT_EQ(tile_choice_min_gain_passes(c, 8, false), 0);
+  EXPECT_EQ(tile_choice_min_gain_passes(c, 8, true), 13);
+  EXPECT_EQ(tile_choice_min_gain_passes(c, 16, true), 0);
   c.shape.hidden = 6144;
   c.shape.intermediate = 3072;  // h6144-e256-k8: 31.9 MB
-  EXPECT_EQ(tile_choice_min_gain_passes(c, true), 6);
+  EXPECT_EQ(tile_choice_min_gain_passes(c, 8, true), 6);
+  EXPECT_INVALID(tile_choice_min_gain_passes(c, 0, true), "table_block_m", "must be >= 1");
   c.shape.top_k = 0;
-  EXPECT_INVALID(tile_choice_min_gain_passes(c, true), "config.shape.top_k", "must be in [1");
+  EXPECT_INVALID(tile_choice_min_gain_passes(c, 8, true), "config.shape.top_k", "must be in [1");
 }
 
 TEST(Heuristics, BlockMTokenRange) {

@@ -31,9 +31,9 @@ void register_heuristics(nb::module_& m) {
       nb::arg("min_gain_passes") = 0,
       "the device's tile choice for per-expert route counts, computed on the host");
   m.def("tile_choice_min_gain_passes", &tile_choice_min_gain_passes, nb::arg("config"),
-        nb::arg("separate_processes"),
+        nb::arg("table_block_m"), nb::arg("separate_processes"),
         "weight passes the larger tile must save on top of the ratio (ranks in separate "
-        "processes)");
+        "processes, the table's 8)");
   m.def("reachable_block_ms", &reachable_block_ms, nb::arg("config"));
   m.def("block_m_regime_ends", &block_m_regime_ends, nb::arg("config"),
         "largest token count of each reachable BLOCK_M regime, ascending");
