@@ -32,23 +32,13 @@ std::optional<int> get_device_choice_block_m_for_mega_moe(const MoEConfig& confi
 // MEGAMOE_TILE_CHOICE=N (100..1000), else the measured default.
 int tile_choice_percent();
 
-// Weight passes the larger tile must save on top of the ratio rule, where the table's tile is
-// `table_block_m`: with ranks in separate processes and the table's 8 (the pipelined kernel) the
-// wide kernel's start costs ~50 us more (route and token phases reading peer rows over NVLink,
-// the handover between the two launches; EP2, runs 190-191), i.e. that time in passes of one
-// expert's weights (dsv4-flash 13, h6144-e256-k8 6). 0 where one launch drives every rank, and
-// where the table's tile is the wide kernel's already (16: the same start).
-int tile_choice_min_gain_passes(const MoEConfig& config, int table_block_m,
-                                bool separate_processes);
-
 // The device's verdict, computed on the host (to predict or check it): `alternative` when the
 // routes counted per expert (route_counts[e], masked routes excluded) stream at least
 // tile_choice_percent() / 100 times as many weight passes (sum over experts of ceil(count / tile))
-// with `block_m` as with `alternative`, plus min_gain_passes, else `block_m`. The counts are
-// those of the experts the launch drives: every expert for the `local` provider, the rank's own
-// for `nccl` (min_gain_passes: tile_choice_min_gain_passes).
+// with `block_m` as with `alternative`, else `block_m`. The counts are those of the experts the
+// launch drives: every expert for the `local` provider, the rank's own for `nccl`.
 int tile_choice_for_route_counts(std::span<const std::int64_t> route_counts, int block_m,
-                                 int alternative, int min_gain_passes = 0);
+                                 int alternative);
 
 // Every BLOCK_M the heuristic (and the tile choice on the device) can run for token counts
 // 1..max_tokens_per_rank, ascending.
