@@ -337,8 +337,8 @@ int run_bench_rank(const MultiGpuBenchOptions& o, RankChannel& ch) {
         problems += "rank " + std::to_string(me) + " " + where + ": " + std::to_string(unwritten) +
                     " output elements never written\n";
       }
-      // Tile choice on the device: this rank's verdict from its own experts' routes, against
-      // the host's computation of the same rule.
+      // Tile choice on the device: this rank's verdict, from every rank's routes to every
+      // expert, against the host's computation of the same rule.
       const int table_bm = get_block_m_for_mega_moe(c, T);
       int ran_bm = table_bm;
       const std::vector<std::int64_t> all = ranks.expert_route_counts();
@@ -352,10 +352,10 @@ int run_bench_rank(const MultiGpuBenchOptions& o, RankChannel& ch) {
       }
       if (const std::optional<int> alt = get_device_choice_block_m_for_mega_moe(c, T)) {
         ran_bm = nvfp4_tile_choice_of_last_call(buffer, me);
-        const int want = tile_choice_for_route_counts(own, table_bm, *alt);
+        const int want = tile_choice_for_route_counts(all, table_bm, *alt);
         if (ran_bm != want) {
           problems += "rank " + std::to_string(me) + " " + where + ": the device chose BLOCK_M " +
-                      std::to_string(ran_bm) + ", the rule on its experts' routes gives " +
+                      std::to_string(ran_bm) + ", the rule on every expert's routes gives " +
                       std::to_string(want) + "\n";
         }
       }

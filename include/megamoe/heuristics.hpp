@@ -21,10 +21,9 @@ int get_block_m_for_mega_moe(const MoEConfig& config, std::int64_t num_tokens_pe
 // the device and hands the call to the second when its tile would stream at least
 // tile_choice_percent() / 100 times the weight passes of 32. nullopt elsewhere, and when
 // MEGAMOE_TILE_CHOICE=0, MEGAMOE_BLOCK_M or MEGAMOE_NVFP4_KERNEL is set (read like
-// MEGAMOE_BLOCK_M: set it before the buffer is planned). A launch that drives every rank (the
-// `local` provider) decides once for all of them from every expert's routes; ranks in separate
-// processes (`nccl`) each decide from their own experts' routes and token count, so ranks may run
-// different tiles in one call (their kernels meet only at the cross-rank barriers).
+// MEGAMOE_BLOCK_M: set it before the buffer is planned). The verdict comes from every rank's
+// routes to every expert, so it is the same on every rank, whether one launch drives them all
+// (`local`) or each process its own (`nccl`), and the output does not depend on the provider.
 std::optional<int> get_device_choice_block_m_for_mega_moe(const MoEConfig& config,
                                                           std::int64_t num_tokens_per_rank);
 
@@ -35,8 +34,8 @@ int tile_choice_percent();
 // The device's verdict, computed on the host (to predict or check it): `alternative` when the
 // routes counted per expert (route_counts[e], masked routes excluded) stream at least
 // tile_choice_percent() / 100 times as many weight passes (sum over experts of ceil(count / tile))
-// with `block_m` as with `alternative`, else `block_m`. The counts are those of the experts the
-// launch drives: every expert for the `local` provider, the rank's own for `nccl`.
+// with `block_m` as with `alternative`, else `block_m`. The device counts every expert's routes
+// over all ranks.
 int tile_choice_for_route_counts(std::span<const std::int64_t> route_counts, int block_m,
                                  int alternative);
 

@@ -129,9 +129,9 @@ void nvfp4_mega_moe(const SymmBuffer& buffer, std::span<const Nvfp4KernelWeights
   const int block_m = get_block_m_for_mega_moe(c, tokens);
   check_pools_fit(buffer.plan, tokens, block_m);
   // Tile choice on the device (two kernels, the second the wide one). Ranks in other processes
-  // decide for themselves, possibly differently: each passes every cross-rank barrier of a call
-  // once, in whichever of its kernels runs the call (docs/nvfp4_kernel.md, "Tile choice on the
-  // device").
+  // reach the same verdict; were their token counts to give them different tables, each still
+  // passes every cross-rank barrier of a call once, in whichever of its kernels runs the call
+  // (docs/nvfp4_kernel.md, "Tile choice on the device").
   const std::optional<int> alt = get_device_choice_block_m_for_mega_moe(c, tokens);
   if (alt && (!buffer.plan.has("token_f16") ||
               worst_case_pool_rows(c, tokens, *alt) > buffer.plan.pool_rows)) {

@@ -164,24 +164,22 @@ TEST_F(MultiGpu, AcrossGpusFp8CombineBitwiseEqualToVirtualRanks) {
   EXPECT_EQ(count_of(r.output, "DIFFERS"), 0) << r.output;
 }
 
-// Tile choice on the device with one process per GPU: each rank counts its own experts' routes
-// and picks its tile alone, so the ranks may run different kernels in one call (their kernels
-// meet only at the cross-rank barriers). Zipf(1.2) in expert order puts the hot experts on rank 0
-// and leaves rank 1 about one route per expert: rank 0 takes 32-token tiles, rank 1 keeps the
-// table's. Every rank's verdict is checked against the host's rule on the same routes (the bench
-// fails the run on a mismatch), and every output stays bitwise equal to R virtual ranks, which
-// decide once for all ranks. Then the permuted Zipf, where both ranks hold hot experts.
-TEST_F(MultiGpu, AcrossGpusTileChoicePerRankBitwiseEqualToVirtualRanks) {
+// Tile choice on the device with one process per GPU: every rank counts every rank's routes and
+// reaches the verdict R virtual ranks reach (the bench checks each rank's against the host's
+// rule on the same routes and fails the run on a mismatch), so every output stays bitwise equal to
+// the virtual ranks'. Zipf(1.2) in expert order puts the hot experts on rank 0 and leaves rank 1
+// about one route per expert: both ranks hand the call to their 32-token kernels at 48 and 64
+// tokens a rank (the table's 8) and at 128 (the table's 16). Then the permuted Zipf.
+TEST_F(MultiGpu, AcrossGpusTileChoiceBitwiseEqualToVirtualRanks) {
   if (!have_two_gpus()) GTEST_SKIP() << "needs >= 2 GPUs, found " << gpus_;
   const ToolRun r = run_tool(
-      "bench --ranks 2 --preset dsv4-flash --routing zipf-by-id --tokens 24,64,128 "
+      "bench --ranks 2 --preset dsv4-flash --routing zipf-by-id --tokens 48,64,128 "
       "--check-virtual --iters 2 --reps 3");
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_EQ(count_of(r.output, "bitwise equal"), 3) << r.output;
   EXPECT_EQ(count_of(r.output, "DIFFERS"), 0) << r.output;
-  // 8-token tables at 24 and 64 tokens a rank, 16 at 128 (6 expected routes per expert).
-  EXPECT_EQ(count_of(r.output, "8 / 32 (ran 32, 8)"), 2) << r.output;
-  EXPECT_EQ(count_of(r.output, "16 / 32 (ran 32, 16)"), 1) << r.output;
+  EXPECT_EQ(count_of(r.output, "8 / 32 (ran 32, 32)"), 2) << r.output;
+  EXPECT_EQ(count_of(r.output, "16 / 32 (ran 32, 32)"), 1) << r.output;
   const ToolRun z = run_tool(
       "bench --ranks 2 --preset dsv4-flash --routing zipf --tokens 24,128 --check-virtual "
       "--iters 2 --reps 3");

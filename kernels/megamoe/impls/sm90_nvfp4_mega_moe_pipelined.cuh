@@ -445,8 +445,8 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
           a, s, first_expert);
 
   // Tile choice on the device: the wide kernel launched after this one takes the call instead
-  // when the routing favours its tile (the verdict is the same in every CTA of the ranks this
-  // launch drives); the routes are counted in the token tile's memory, free until the first tile.
+  // when the routing favours its tile (the verdict is the same in every CTA of every rank); the
+  // routes are counted in the token tile's memory, free until the first tile.
   if (a.tile_choice_alt > BM &&
       !nvfp4_moe::table_kernel_keeps_call<EL, K, R, BM, kThreads, sizeof(s.b)>(
           a, s, s.b, [&] { return cta_in_rank == 0; }, [&] { return rank; })) {

@@ -562,7 +562,7 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
   ptx::griddep_wait();
 
   // Tile choice on the device, this kernel the alternative: the table's kernel, launched before
-  // this one and now complete, left its rank's verdict; every CTA of a rank reads the same one.
+  // this one and now complete, left its rank's verdict (the same on every rank).
   if (a.tile_choice_alt == BM && !nvfp4_moe::alternative_kernel_runs(a, rank_of(), BM)) return;
 
   // Ranks in other processes: as in the pipelined kernel, every rank's pre-dispatch of this call

@@ -47,38 +47,41 @@ MEGAMOE_DEVICE int tile_rows_verdict(const int* counts, int n, int alt, int pct,
   return chosen;
 }
 
-// Every CTA, redundantly. The experts counted are those of the ranks the launch drives, since its
-// kernels run them all: a launch that drives one rank (R = 1, or ranks in separate processes)
-// takes its experts' counts from phase 0 (s.count, EL of them) and each such rank decides for
-// itself -- its kernels meet the other ranks only at the cross-rank barriers, which every rank
-// passes once a call whichever of its kernels runs it. A launch that drives every rank (`local`
-// provider, R > 1) counts all ranks' routes to all E = EL x R experts, so every CTA of every rank
-// reaches the same verdict. `scratch`: (E + 1) ints of shared memory free until the caller's next
-// barrier; s.src_tokens must hold every source rank's token count (plan_tiles). All BLOCK threads
-// of the CTA call it.
+// Every CTA, redundantly, on every rank alike: it counts all ranks' routes to all E = EL x R
+// experts, so every CTA of every rank reaches the same verdict, whether one launch drives every
+// rank (`local`) or each process its own (`nccl`). The verdict must not depend on how the ranks
+// are driven: the pipelined and wide kernels sum K in different orders, so the tile decides the
+// output's last bits in rare elements, and ranks in separate processes must compute what R
+// virtual ranks compute. (Each rank's kernels meet the others only at the cross-rank barriers,
+// which a rank passes once a call whichever of its kernels runs it, so ranks whose token counts
+// give them different tables may still run different kernels.) With R = 1 the counts are phase
+// 0's (s.count: the rank's experts are all of them; no second scan). `scratch`: (E + 1) ints of
+// shared memory free until the caller's next barrier; s.src_tokens must hold every source rank's
+// token count (plan_tiles). All BLOCK threads of the CTA call it.
 template <int EL, int K, int R, int BM, int THREADS, class S>
 MEGAMOE_DEVICE int choose_tile_rows(const Nvfp4MoeArgs& a, S& s, int* scratch, int alt, int pct) {
-  constexpr int E = EL * R;
-  if (R == 1 || a.num_driven == 1) {
+  if constexpr (R == 1) {
     return tile_rows_verdict<BM>(s.count, EL, alt, pct, scratch);
-  }
-  const int tid = threadIdx.x;
-  const bool counting = tid < THREADS;
-  if (counting) {
-    for (int e = tid; e < E; e += THREADS) scratch[e] = 0;
-  }
-  __syncthreads();
-#pragma unroll
-  for (int sr = 0; sr < R; ++sr) {
-    const int* idx = reinterpret_cast<const int*>(a.base[sr] + a.off_topk_idx);
-    const int n = s.src_tokens[sr] * K;
-    for (int i = tid; counting && i < n; i += THREADS) {
-      const int id = __ldg(idx + i);
-      if (id >= 0 && id < E) atomicAdd(scratch + id, 1);  // masked routes (-1) take no tile
+  } else {
+    constexpr int E = EL * R;
+    const int tid = threadIdx.x;
+    const bool counting = tid < THREADS;
+    if (counting) {
+      for (int e = tid; e < E; e += THREADS) scratch[e] = 0;
     }
+    __syncthreads();
+#pragma unroll
+    for (int sr = 0; sr < R; ++sr) {
+      const int* idx = reinterpret_cast<const int*>(a.base[sr] + a.off_topk_idx);
+      const int n = s.src_tokens[sr] * K;
+      for (int i = tid; counting && i < n; i += THREADS) {
+        const int id = __ldg(idx + i);
+        if (id >= 0 && id < E) atomicAdd(scratch + id, 1);  // masked routes (-1) take no tile
+      }
+    }
+    __syncthreads();
+    return tile_rows_verdict<BM>(scratch, E, alt, pct, scratch + E);
   }
-  __syncthreads();
-  return tile_rows_verdict<BM>(scratch, E, alt, pct, scratch + E);
 }
 
 // The verdict word of a rank ("tile_choice" in its sync region): written by the rank's first CTA
