@@ -352,7 +352,8 @@ int run_bench_rank(const MultiGpuBenchOptions& o, RankChannel& ch) {
       }
       if (const std::optional<int> alt = get_device_choice_block_m_for_mega_moe(c, T)) {
         ran_bm = nvfp4_tile_choice_of_last_call(buffer, me);
-        const int want = tile_choice_for_route_counts(all, table_bm, *alt);
+        const int want = tile_choice_for_route_counts(all, table_bm, *alt,
+                                                      tile_choice_min_gain_passes(c, table_bm));
         if (ran_bm != want) {
           problems += "rank " + std::to_string(me) + " " + where + ": the device chose BLOCK_M " +
                       std::to_string(ran_bm) + ", the rule on every expert's routes gives " +

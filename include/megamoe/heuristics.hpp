@@ -31,13 +31,23 @@ std::optional<int> get_device_choice_block_m_for_mega_moe(const MoEConfig& confi
 // MEGAMOE_TILE_CHOICE=N (100..1000), else the measured default.
 int tile_choice_percent();
 
+// Weight passes the larger tile must save on top of the ratio rule, where the table's tile is
+// `table_block_m`. With expert parallelism (R > 1) and the table's 8 (the pipelined kernel) the
+// wide kernel's start costs ~50 us more (its route and token phases read peer rows at latency,
+// and the handover between the two launches; two H200s, runs 190-193), i.e. that time in passes
+// of one expert's weights (dsv4-flash 13, h6144-e256-k8 6). 0 with R = 1 (run 179's calibration
+// needs none), from the table's 16 (the wide kernel either way), and where MEGAMOE_TILE_CHOICE=N
+// sets the ratio explicitly (the rule is then the ratio alone). It depends on the configuration
+// only, never on the provider, so every rank and R virtual ranks reach the same verdict.
+int tile_choice_min_gain_passes(const MoEConfig& config, int table_block_m);
+
 // The device's verdict, computed on the host (to predict or check it): `alternative` when the
 // routes counted per expert (route_counts[e], masked routes excluded) stream at least
 // tile_choice_percent() / 100 times as many weight passes (sum over experts of ceil(count / tile))
-// with `block_m` as with `alternative`, else `block_m`. The device counts every expert's routes
-// over all ranks.
+// with `block_m` as with `alternative`, plus min_gain_passes, else `block_m`. The device counts
+// every expert's routes over all ranks; min_gain_passes: tile_choice_min_gain_passes.
 int tile_choice_for_route_counts(std::span<const std::int64_t> route_counts, int block_m,
-                                 int alternative);
+                                 int alternative, int min_gain_passes = 0);
 
 // Every BLOCK_M the heuristic (and the tile choice on the device) can run for token counts
 // 1..max_tokens_per_rank, ascending.

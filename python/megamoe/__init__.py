@@ -31,7 +31,7 @@ for _name in (
     "SymmBuffer", "get_symm_buffer_for_mega_moe",
     "get_block_m_for_mega_moe", "reachable_block_ms", "block_m_regime_ends",
     "get_device_choice_block_m_for_mega_moe", "tile_choice_percent",
-    "tile_choice_for_route_counts",
+    "tile_choice_for_route_counts", "tile_choice_min_gain_passes",
     "set_num_sms", "get_num_sms", "resolve_num_sms",
     "mega_moe_pre_dispatch", "read_and_clear_dispatch_errors",
     "nvfp4_kernel_weight_bytes", "transform_weights_for_mega_moe",

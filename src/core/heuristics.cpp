@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <charconv>
+#include <cmath>
 #include <cstdlib>
 #include <optional>
 #include <span>
@@ -105,11 +106,41 @@ int tile_choice_percent() {
   return n == 0 ? kDefaultTileChoicePercent : n;
 }
 
+int tile_choice_min_gain_passes(const MoEConfig& config, int table_block_m) {
+  validate::validate_config(config);
+  if (table_block_m < 1) {
+    throw_invalid("table_block_m", "must be >= 1", std::to_string(table_block_m));
+  }
+  // Only the pipelined kernel (the table's 8) starts sooner than the wide one; from 16 on the
+  // table's tile runs in the wide kernel too (runs 191-193: 16 -> 32 gains at pass ratios of
+  // 1.09-1.14). An explicit MEGAMOE_TILE_CHOICE=N is the ratio rule alone.
+  const char* explicit_ratio = std::getenv("MEGAMOE_TILE_CHOICE");
+  if (explicit_ratio != nullptr && *explicit_ratio != '\0') {
+    tile_choice_setting();  // validates
+    return 0;
+  }
+  if (config.num_ranks == 1 || table_block_m >= 16) return 0;
+  // Runs 190 and 193 (two H200s, Zipf in expert order and permuted, 22-128 tokens a rank): with
+  // 32-token tiles forced against the table's 8, t = a P + F fits dsv4-flash with F larger by
+  // ~14 us for the wide kernel, and the two launches' handover adds ~5-10 us (run 191); the
+  // break-even rows (dsv4-flash 24-28 tokens a rank, 3-10 % lost at pass ratios of 1.1-1.25) put
+  // the whole at ~45-50 us. One pass of an expert's weights streams at ~3.7 TB/s in those calls
+  // (dsv4-flash 3.7 us, h6144 8.8 us).
+  constexpr double kExtraStartUs = 48.0;
+  constexpr double kPassBytesPerUs = 3.7e6;
+  const double expert_bytes = 3.0 * static_cast<double>(config.shape.hidden) *
+                              static_cast<double>(config.shape.intermediate) * (0.5 + 1.0 / 16);
+  return static_cast<int>(std::lround(kExtraStartUs * kPassBytesPerUs / expert_bytes));
+}
+
 int tile_choice_for_route_counts(std::span<const std::int64_t> route_counts, int block_m,
-                                 int alternative) {
+                                 int alternative, int min_gain_passes) {
   if (block_m < 1 || alternative <= block_m) {
     throw_invalid("block_m, alternative", "must satisfy 1 <= block_m < alternative",
                   std::to_string(block_m) + ", " + std::to_string(alternative));
+  }
+  if (min_gain_passes < 0) {
+    throw_invalid("min_gain_passes", "must be >= 0", std::to_string(min_gain_passes));
   }
   std::int64_t small = 0, large = 0;
   for (std::size_t e = 0; e < route_counts.size(); ++e) {
@@ -120,7 +151,9 @@ int tile_choice_for_route_counts(std::span<const std::int64_t> route_counts, int
     small += (n + block_m - 1) / block_m;
     large += (n + alternative - 1) / alternative;
   }
-  return small * 100 >= large * tile_choice_percent() ? alternative : block_m;
+  return small * 100 >= large * tile_choice_percent() + std::int64_t{100} * min_gain_passes
+             ? alternative
+             : block_m;
 }
 
 std::optional<int> get_device_choice_block_m_for_mega_moe(const MoEConfig& config,

@@ -53,7 +53,7 @@ struct KernelArgs {
   float clamp;
   float oai_alpha, oai_limit;
   std::uint64_t sync_tile_choice;
-  int tile_choice_alt, tile_choice_pct;
+  int tile_choice_alt, tile_choice_pct, tile_choice_min_gain;
 };
 
 std::uint64_t timeout_ns() {
@@ -222,6 +222,7 @@ void nvfp4_mega_moe(const SymmBuffer& buffer, std::span<const Nvfp4KernelWeights
   a.sync_tile_choice = field_offset(plan, "tile_choice", 4);
   a.tile_choice_alt = alt ? *alt : 0;
   a.tile_choice_pct = tile_choice_percent();
+  a.tile_choice_min_gain = tile_choice_min_gain_passes(c, block_m);
 
   auto launch = [&](CUfunction f, int bm) {
     runtime::LaunchConfig cfg;

@@ -187,6 +187,38 @@ TEST(Heuristics, TileChoiceForRouteCounts) {
   EXPECT_INVALID(tile_choice_for_route_counts(V{1}, 0, 32), "block_m, alternative",
                  "must satisfy 1 <= block_m < alternative");
   EXPECT_INVALID(tile_choice_for_route_counts(V{1, -1}, 8, 32), "route_counts[1]", "must be >= 0");
+  // A minimum gain: 25 passes against 22 clears 105 % plus 1 pass, not plus 2 (2500 < 2310 + 200).
+  EXPECT_EQ(tile_choice_for_route_counts(edge, 8, 32, 1), 32);
+  EXPECT_EQ(tile_choice_for_route_counts(edge, 8, 32, 2), 8);
+  EXPECT_INVALID(tile_choice_for_route_counts(edge, 8, 32, -1), "min_gain_passes", "must be >= 0");
+}
+
+// The wide kernel's later start against the pipelined kernel's with expert parallelism, in
+// passes of one expert's weights: ~48 us at ~3.7 TB/s. None with one rank, from the table's 16,
+// or with an explicit MEGAMOE_TILE_CHOICE ratio.
+TEST(Heuristics, TileChoiceMinGainPasses) {
+  MoEConfig c = config(256, 2, 6, 128);
+  c.shape.hidden = 4096;
+  c.shape.intermediate = 2048;  // dsv4-flash: 14.2 MB an expert
+  EXPECT_EQ(tile_choice_min_gain_passes(c, 8), 13);
+  EXPECT_EQ(tile_choice_min_gain_passes(c, 16), 0);
+  {
+    const test::ScopedEnv ratio("MEGAMOE_TILE_CHOICE", "105");
+    EXPECT_EQ(tile_choice_min_gain_passes(c, 8), 0);
+  }
+  {
+    const test::ScopedEnv bad("MEGAMOE_TILE_CHOICE", "7");
+    EXPECT_INVALID(tile_choice_min_gain_passes(c, 8), "MEGAMOE_TILE_CHOICE", "must be 0 (off)");
+  }
+  c.num_ranks = 1;
+  EXPECT_EQ(tile_choice_min_gain_passes(c, 8), 0);
+  c.num_ranks = 8;
+  c.shape.hidden = 6144;
+  c.shape.intermediate = 3072;  // h6144-e256-k8: 31.9 MB
+  EXPECT_EQ(tile_choice_min_gain_passes(c, 8), 6);
+  EXPECT_INVALID(tile_choice_min_gain_passes(c, 0), "table_block_m", "must be >= 1");
+  c.shape.top_k = 0;
+  EXPECT_INVALID(tile_choice_min_gain_passes(c, 8), "config.shape.top_k", "must be in [1");
 }
 
 TEST(Heuristics, BlockMTokenRange) {

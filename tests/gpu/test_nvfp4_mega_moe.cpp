@@ -821,15 +821,15 @@ TEST_F(Nvfp4MegaMoe, LayersBackToBackOnOneStream) {
   std::printf("  back to back (eager and graph): bitwise equal to the synchronized runs\n");
 }
 
-// The verdict the host computes (tile_choice_for_route_counts) for the device's rule over every
-// rank's routes: one launch drives every rank here, so it counts every expert.
+// The verdict the host computes (tile_choice_for_route_counts, with the configuration's minimum
+// gain) for the device's rule over every rank's routes to every expert.
 int expected_tile_choice(const MoEConfig& cfg, const std::vector<std::int64_t>& ids, int bm,
                          int alt) {
   std::vector<std::int64_t> count(static_cast<std::size_t>(cfg.shape.num_experts), 0);
   for (std::int64_t id : ids) {
     if (id >= 0) ++count[static_cast<std::size_t>(id)];
   }
-  return tile_choice_for_route_counts(count, bm, alt);
+  return tile_choice_for_route_counts(count, bm, alt, tile_choice_min_gain_passes(cfg, bm));
 }
 
 // Tile choice on the device (get_device_choice_block_m_for_mega_moe): at 3 expected tokens per
@@ -840,7 +840,10 @@ int expected_tile_choice(const MoEConfig& cfg, const std::vector<std::int64_t>& 
 // same routes, and the output equals, bit for bit, the table's kernel alone (a buffer planned
 // with MEGAMOE_TILE_CHOICE=0). Then two layers that choose differently alternate on one stream
 // without synchronization, eagerly and as a graph: the second kernel of each call must read its
-// own call's verdict.
+// own call's verdict. The test's experts are 0.9 MB, so across ranks the minimum gain
+// (tile_choice_min_gain_passes: ~200 passes) keeps every call on the table's tile: each two-rank
+// case runs first with the default rule (the recorded verdict must be the table's, as the host
+// computes it), then with the ratio alone (MEGAMOE_TILE_CHOICE=105), which hands calls over.
 TEST_F(Nvfp4MegaMoe, DeviceTileChoiceFollowsRouting) {
   for (const char* v : {"MEGAMOE_NVFP4_KERNEL", "MEGAMOE_BLOCK_M", "MEGAMOE_TILE_CHOICE"}) {
     if (const char* set = std::getenv(v); set != nullptr && *set != '\0') {
@@ -861,11 +864,26 @@ TEST_F(Nvfp4MegaMoe, DeviceTileChoiceFollowsRouting) {
         if (!case_selected(c)) continue;
         const std::uint64_t seed = case_seed();
         SCOPED_TRACE(describe_case(c) + " seed " + std::to_string(seed));
+        if (ranks == 2) {
+          Harness with_gain(c, seed);
+          const int bm = get_block_m_for_mega_moe(with_gain.cfg, c.tokens);
+          EXPECT_EQ(tile_choice_min_gain_passes(with_gain.cfg, bm) > 0, bm == 8)
+              << "a minimum gain across ranks from the pipelined kernel's 8 only";
+          const int want = expected_tile_choice(with_gain.cfg, with_gain.inputs.topk_idx, bm, 32);
+          with_gain.poisoned_run();
+          for (int r = 0; r < ranks; ++r) {
+            EXPECT_EQ(nvfp4_tile_choice_of_last_call(with_gain.buffer, r), want)
+                << "default rule, rank " << r;
+          }
+        }
+        std::optional<test::ScopedEnv> ratio_alone;
+        if (ranks == 2) ratio_alone.emplace("MEGAMOE_TILE_CHOICE", "105");
         Harness hs(c, seed);
         const int bm = get_block_m_for_mega_moe(hs.cfg, c.tokens);
         const std::optional<int> alt = get_device_choice_block_m_for_mega_moe(hs.cfg, c.tokens);
         ASSERT_EQ(bm, table_tile);
         ASSERT_EQ(alt, 32);
+        ASSERT_EQ(tile_choice_min_gain_passes(hs.cfg, bm), 0);
         const int want = expected_tile_choice(hs.cfg, hs.inputs.topk_idx, bm, *alt);
         if (routing == Routing::uniform) {
           EXPECT_EQ(want, bm) << "uniform routes keep the table";
@@ -892,7 +910,9 @@ TEST_F(Nvfp4MegaMoe, DeviceTileChoiceFollowsRouting) {
     EXPECT_GE(chose[1], 4);
   }
 
-  // Alternating choices on one stream: set A uniform (the table's tile), set B on one expert.
+  // Alternating choices on one stream: set A uniform (the table's tile), set B on one expert; the
+  // ratio alone, as above.
+  const test::ScopedEnv ratio_alone("MEGAMOE_TILE_CHOICE", "105");
   Case c;
   c.ranks = 2;
   c.top_k = 8;

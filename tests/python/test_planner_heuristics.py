@@ -84,6 +84,13 @@ def test_tile_choice_for_route_counts(monkeypatch):
         megamoe.tile_choice_for_route_counts([1, -1], 8, 32)
     with pytest.raises(megamoe.InvalidArgument, match="block_m, alternative"):
         megamoe.tile_choice_for_route_counts([1], 32, 16)
+    # With a minimum gain of 2 passes, 22 against 21 no longer clears it.
+    assert megamoe.tile_choice_for_route_counts([1] * 20 + [9], 8, 32, 2) == 8
+    monkeypatch.delenv("MEGAMOE_TILE_CHOICE")
+    c = config(hidden=4096, intermediate=2048, num_experts=256, top_k=6, num_ranks=2,
+               max_tokens_per_rank=128)
+    assert megamoe.tile_choice_min_gain_passes(c, 8) == 13
+    assert megamoe.tile_choice_min_gain_passes(c, 16) == 0
 
 
 def test_sm_budget_rule():

@@ -57,10 +57,10 @@ struct Nvfp4MoeArgs {
   float oai_alpha, oai_limit;
   // Tile choice on the device (scheduler/tile_rows_choice.cuh): 0, or the wide kernel's tile
   // that the table's kernel (a smaller tile: it decides) hands the call to when the routing
-  // favours it (by pct / 100 weight passes; the kernel of that tile reads the verdict); the
-  // verdict word's offset inside "sync".
+  // favours it (by pct / 100 weight passes plus min_gain passes; the kernel of that tile reads the
+  // verdict); the verdict word's offset inside "sync".
   u64 sync_tile_choice;
-  int tile_choice_alt, tile_choice_pct;
+  int tile_choice_alt, tile_choice_pct, tile_choice_min_gain;
 };
 
 namespace nvfp4_moe {

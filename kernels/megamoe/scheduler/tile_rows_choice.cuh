@@ -23,10 +23,12 @@ MEGAMOE_DEVICE int weight_passes(int count, int tile) {
 
 // The verdict of the routes counted in `counts[0, n)`, in every thread of the CTA (all BLOCK
 // threads call it; its barriers are CTA-wide): `alt` when the table's tile BM would stream at
-// least pct / 100 times the weight passes of `alt`, else BM. `word`: one int of shared memory
-// outside `counts`, free until the caller's next barrier.
+// least pct / 100 times the weight passes of `alt` plus `gain` passes (the larger tile's later
+// start, tile_choice_min_gain_passes), else BM. `word`: one int of shared memory outside
+// `counts`, free until the caller's next barrier.
 template <int BM>
-MEGAMOE_DEVICE int tile_rows_verdict(const int* counts, int n, int alt, int pct, int* word) {
+MEGAMOE_DEVICE int tile_rows_verdict(const int* counts, int n, int alt, int pct, int gain,
+                                     int* word) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   if (warp == 0) {
     int small = 0, large = 0;
@@ -38,7 +40,10 @@ MEGAMOE_DEVICE int tile_rows_verdict(const int* counts, int n, int alt, int pct,
     large = static_cast<int>(__reduce_add_sync(0xFFFFFFFFu, static_cast<unsigned>(large)));
     // In 64-bit integers: exact at every count (no rounding at the edge).
     if (lane == 0) {
-      *word = static_cast<long long>(small) * 100 >= static_cast<long long>(large) * pct ? alt : BM;
+      *word = static_cast<long long>(small) * 100 >=
+                      static_cast<long long>(large) * pct + static_cast<long long>(gain) * 100
+                  ? alt
+                  : BM;
     }
   }
   __syncthreads();
@@ -61,7 +66,7 @@ MEGAMOE_DEVICE int tile_rows_verdict(const int* counts, int n, int alt, int pct,
 template <int EL, int K, int R, int BM, int THREADS, class S>
 MEGAMOE_DEVICE int choose_tile_rows(const Nvfp4MoeArgs& a, S& s, int* scratch, int alt, int pct) {
   if constexpr (R == 1) {
-    return tile_rows_verdict<BM>(s.count, EL, alt, pct, scratch);
+    return tile_rows_verdict<BM>(s.count, EL, alt, pct, a.tile_choice_min_gain, scratch);
   } else {
     constexpr int E = EL * R;
     const int tid = threadIdx.x;
@@ -80,7 +85,7 @@ MEGAMOE_DEVICE int choose_tile_rows(const Nvfp4MoeArgs& a, S& s, int* scratch, i
       }
     }
     __syncthreads();
-    return tile_rows_verdict<BM>(scratch, E, alt, pct, scratch + E);
+    return tile_rows_verdict<BM>(scratch, E, alt, pct, a.tile_choice_min_gain, scratch + E);
   }
 }
 

@@ -23,11 +23,17 @@ void register_heuristics(nb::module_& m) {
         "weight-pass ratio (percent) from which the device takes the larger tile");
   m.def(
       "tile_choice_for_route_counts",
-      [](const std::vector<std::int64_t>& route_counts, int block_m, int alternative) {
-        return tile_choice_for_route_counts(route_counts, block_m, alternative);
+      [](const std::vector<std::int64_t>& route_counts, int block_m, int alternative,
+         int min_gain_passes) {
+        return tile_choice_for_route_counts(route_counts, block_m, alternative, min_gain_passes);
       },
       nb::arg("route_counts"), nb::arg("block_m"), nb::arg("alternative"),
+      nb::arg("min_gain_passes") = 0,
       "the device's tile choice for per-expert route counts, computed on the host");
+  m.def("tile_choice_min_gain_passes", &tile_choice_min_gain_passes, nb::arg("config"),
+        nb::arg("table_block_m"),
+        "weight passes the larger tile must save on top of the ratio (expert parallelism, the "
+        "table's 8)");
   m.def("reachable_block_ms", &reachable_block_ms, nb::arg("config"));
   m.def("block_m_regime_ends", &block_m_regime_ends, nb::arg("config"),
         "largest token count of each reachable BLOCK_M regime, ascending");
