@@ -19,11 +19,12 @@ int get_block_m_for_mega_moe(const MoEConfig& config, std::int64_t num_tokens_pe
 // larger tile much faster (popular experts stream their weights once per tile): there this
 // returns 32, and nvfp4_mega_moe launches two kernels -- the table's counts the call's routes on
 // the device and hands the call to the second when its tile would stream at least
-// tile_choice_percent() / 100 times the weight passes of 32. nullopt elsewhere, and when
-// MEGAMOE_TILE_CHOICE=0, MEGAMOE_BLOCK_M or MEGAMOE_NVFP4_KERNEL is set (read like
-// MEGAMOE_BLOCK_M: set it before the buffer is planned). The verdict comes from every rank's
-// routes to every expert, so it is the same on every rank, whether one launch drives them all
-// (`local`) or each process its own (`nccl`), and the output does not depend on the provider.
+// tile_choice_percent() / 100 times the weight passes of 32, plus tile_choice_min_gain_passes.
+// nullopt elsewhere, and when MEGAMOE_TILE_CHOICE=0, MEGAMOE_BLOCK_M or MEGAMOE_NVFP4_KERNEL is
+// set (read like MEGAMOE_BLOCK_M: set it before the buffer is planned). The verdict comes from
+// every rank's routes to every expert, so it is the same on every rank, whether one launch drives
+// them all (`local`) or each process its own (`nccl`), and the output does not depend on the
+// provider.
 std::optional<int> get_device_choice_block_m_for_mega_moe(const MoEConfig& config,
                                                           std::int64_t num_tokens_per_rank);
 

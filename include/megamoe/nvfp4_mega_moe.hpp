@@ -64,7 +64,7 @@ void nvfp4_mega_moe(const SymmBuffer& buffer, std::span<const Nvfp4KernelWeights
 // Diagnostics: the token tile the last call on `buffer` ran where it had a tile choice on the
 // device (get_device_choice_block_m_for_mega_moe), as rank `rank`'s first kernel recorded it; 0
 // before any such call. Reads device memory synchronously: call it after the call's stream has
-// finished. With the nccl provider each rank decides for itself: ask for the process's own rank.
+// finished. With the nccl provider ask for the process's own rank (every rank records the same).
 int nvfp4_tile_choice_of_last_call(const SymmBuffer& buffer, int rank);
 
 }  // namespace megamoe
