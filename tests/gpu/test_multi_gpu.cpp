@@ -58,6 +58,16 @@ int count_of(const std::string& text, const std::string& what) {
   return n;
 }
 
+// `megamoe bench ... --check-virtual`: a clean exit and every one of its `rows` bitwise equal to
+// the virtual ranks' run.
+ToolRun run_virtual_check(const std::string& args, int rows) {
+  const ToolRun r = run_tool(args);
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(count_of(r.output, "bitwise equal"), rows) << r.output;
+  EXPECT_EQ(count_of(r.output, "DIFFERS"), 0) << r.output;
+  return r;
+}
+
 class MultiGpu : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -143,25 +153,21 @@ TEST_F(MultiGpu, LauncherWithOneRankIsBitwiseEqualToTheLocalProvider) {
 TEST_F(MultiGpu, AcrossGpusBitwiseEqualToVirtualRanks) {
   if (!have_two_gpus()) GTEST_SKIP() << "needs >= 2 GPUs, found " << gpus_;
   const int ranks = gpus_ >= 8 ? 8 : (gpus_ >= 4 ? 4 : 2);
-  const ToolRun r = run_tool("bench --ranks " + std::to_string(ranks) +
-                             " --preset dsv4-flash --tokens 1,8,16,128 --check-virtual --iters 2 "
-                             "--reps 3");
-  EXPECT_EQ(r.status, 0) << r.output;
-  EXPECT_EQ(count_of(r.output, "bitwise equal"), 4) << r.output;
-  EXPECT_EQ(count_of(r.output, "DIFFERS"), 0) << r.output;
+  run_virtual_check("bench --ranks " + std::to_string(ranks) +
+                        " --preset dsv4-flash --tokens 1,8,16,128 --check-virtual --iters 2 "
+                        "--reps 3",
+                    4);
 }
 
 // FP8 combine slots across GPUs: T = 1 (the pipelined kernel) and 128 per rank (the wide one at
 // R = 2), every rank's output bitwise equal to R virtual ranks on one GPU.
 TEST_F(MultiGpu, AcrossGpusFp8CombineBitwiseEqualToVirtualRanks) {
   if (!have_two_gpus()) GTEST_SKIP() << "needs >= 2 GPUs, found " << gpus_;
-  const ToolRun r = run_tool(
+  const ToolRun r = run_virtual_check(
       "bench --ranks 2 --preset dsv4-flash --tokens 1,128 --fp8-combine --check-virtual "
-      "--iters 2 --reps 3");
-  EXPECT_EQ(r.status, 0) << r.output;
+      "--iters 2 --reps 3",
+      2);
   EXPECT_NE(r.output.find("fp8 combine slots"), std::string::npos) << r.output;
-  EXPECT_EQ(count_of(r.output, "bitwise equal"), 2) << r.output;
-  EXPECT_EQ(count_of(r.output, "DIFFERS"), 0) << r.output;
 }
 
 // Tile choice on the device with one process per GPU: every rank counts every rank's routes and
@@ -172,19 +178,16 @@ TEST_F(MultiGpu, AcrossGpusFp8CombineBitwiseEqualToVirtualRanks) {
 // tokens a rank (the table's 8) and at 128 (the table's 16). Then the permuted Zipf.
 TEST_F(MultiGpu, AcrossGpusTileChoiceBitwiseEqualToVirtualRanks) {
   if (!have_two_gpus()) GTEST_SKIP() << "needs >= 2 GPUs, found " << gpus_;
-  const ToolRun r = run_tool(
+  const ToolRun r = run_virtual_check(
       "bench --ranks 2 --preset dsv4-flash --routing zipf-by-id --tokens 48,64,128 "
-      "--check-virtual --iters 2 --reps 3");
-  EXPECT_EQ(r.status, 0) << r.output;
-  EXPECT_EQ(count_of(r.output, "bitwise equal"), 3) << r.output;
-  EXPECT_EQ(count_of(r.output, "DIFFERS"), 0) << r.output;
+      "--check-virtual --iters 2 --reps 3",
+      3);
   EXPECT_EQ(count_of(r.output, "8 / 32 (ran 32, 32)"), 2) << r.output;
   EXPECT_EQ(count_of(r.output, "16 / 32 (ran 32, 32)"), 1) << r.output;
-  const ToolRun z = run_tool(
+  const ToolRun z = run_virtual_check(
       "bench --ranks 2 --preset dsv4-flash --routing zipf --tokens 24,128 --check-virtual "
-      "--iters 2 --reps 3");
-  EXPECT_EQ(z.status, 0) << z.output;
-  EXPECT_EQ(count_of(z.output, "bitwise equal"), 2) << z.output;
+      "--iters 2 --reps 3",
+      2);
   EXPECT_EQ(count_of(z.output, "(ran "), 2) << z.output;
 }
 
