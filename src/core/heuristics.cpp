@@ -86,9 +86,10 @@ std::optional<int> forced_block_m() {
 // and h6144 T = 64 the 32-token tiles win from a pass ratio of ~1.02-1.08 on (Zipf exponents
 // 0.6-1.2), while uniform routing stays at 1.00-1.01 (where they cost up to 10-15 %).
 constexpr int kDefaultTileChoicePercent = 105;
-int tile_choice_setting() {
+// The value MEGAMOE_TILE_CHOICE sets explicitly (validated), or nullopt when it is unset or empty.
+std::optional<int> explicit_tile_choice() {
   const char* v = std::getenv("MEGAMOE_TILE_CHOICE");
-  if (v == nullptr || *v == '\0') return kDefaultTileChoicePercent;
+  if (v == nullptr || *v == '\0') return std::nullopt;
   int n = -1;
   const std::string_view s(v);
   const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
@@ -97,6 +98,10 @@ int tile_choice_setting() {
                   "must be 0 (off) or a weight-pass ratio in percent, 100..1000 (or unset)", v);
   }
   return n;
+}
+
+int tile_choice_setting() {
+  return explicit_tile_choice().value_or(kDefaultTileChoicePercent);
 }
 
 }  // namespace
@@ -114,12 +119,7 @@ int tile_choice_min_gain_passes(const MoEConfig& config, int table_block_m) {
   // Only the pipelined kernel (the table's 8) starts sooner than the wide one; from 16 on the
   // table's tile runs in the wide kernel too (runs 191-193: 16 -> 32 gains at pass ratios of
   // 1.09-1.14). An explicit MEGAMOE_TILE_CHOICE=N is the ratio rule alone.
-  const char* explicit_ratio = std::getenv("MEGAMOE_TILE_CHOICE");
-  if (explicit_ratio != nullptr && *explicit_ratio != '\0') {
-    tile_choice_setting();  // validates
-    return 0;
-  }
-  if (config.num_ranks == 1 || table_block_m >= 16) return 0;
+  if (explicit_tile_choice() || config.num_ranks == 1 || table_block_m >= 16) return 0;
   // Runs 190 and 193 (two H200s, Zipf in expert order and permuted, 22-128 tokens a rank): with
   // 32-token tiles forced against the table's 8, t = a P + F fits dsv4-flash with F larger by
   // ~14 us for the wide kernel, and the two launches' handover adds ~5-10 us (run 191); the

@@ -222,7 +222,7 @@ void nvfp4_mega_moe(const SymmBuffer& buffer, std::span<const Nvfp4KernelWeights
   a.sync_tile_choice = field_offset(plan, "tile_choice", 4);
   a.tile_choice_alt = alt ? *alt : 0;
   a.tile_choice_pct = tile_choice_percent();
-  a.tile_choice_min_gain = tile_choice_min_gain_passes(c, block_m);
+  a.tile_choice_min_gain = alt ? tile_choice_min_gain_passes(c, block_m) : 0;
 
   auto launch = [&](CUfunction f, int bm) {
     runtime::LaunchConfig cfg;
