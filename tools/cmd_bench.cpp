@@ -4,6 +4,7 @@
 // touches no GPU.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <random>
@@ -21,8 +22,8 @@ namespace megamoe::tool {
 namespace {
 
 const char* kHelp =
-    "usage: megamoe bench --ranks R [--preset P] [--tokens 1,8,16,128] [--check-virtual]\n"
-    "                     [--timeout-test] [--seed N] [--iters N] [--reps N]\n"
+    "usage: megamoe bench --ranks R [--preset P] [--tokens 1,8,16,128] [--rank-tokens A/B,...]\n"
+    "                     [--check-virtual] [--timeout-test] [--seed N] [--iters N] [--reps N]\n"
     "                     [--routing uniform|zipf|zipf-by-id|masked20] [--group-timeout-ms MS]\n"
     "                     [--peer-timeout-ms MS] [--fp8-combine] [--out PREFIX]\n"
     "\n"
@@ -31,8 +32,12 @@ const char* kHelp =
     "h6144-e256-k8 unless --preset is given. Prints a Markdown table: time per call (CUDA graph\n"
     "replay, slowest rank), NVLink payload bytes and GB/s, and the current kernel's modelled\n"
     "NVLink bytes.\n"
+    "  --rank-tokens     ragged rows: R counts joined by '/', one per rank (0: an idle rank);\n"
+    "                    rows separated by ','. Only these rows unless --tokens is also given\n"
     "  --check-virtual   rank 0 reruns every case with R virtual ranks on its GPU (local\n"
-    "                    provider) and compares every rank's output bitwise\n"
+    "                    provider) and compares every rank's output: bitwise where every rank\n"
+    "                    ran the virtual run's tile, else within the oracle gates (ragged rows\n"
+    "                    can give ranks different BLOCK_M tables)\n"
     "  --timeout-test    rank R-1 skips the MoE call; the others must stop after\n"
     "                    --peer-timeout-ms (default 2000) with a fault naming rank and phase\n"
     "  --fp8-combine     e4m3 combine slots with f32 scales per 128 (config.fp8_combine)\n"
@@ -46,11 +51,41 @@ std::string self_executable() {
   return std::string(buf, static_cast<std::size_t>(n));
 }
 
+// "0/37,1/512" with R = 2: {{0, 37}, {1, 512}}.
+std::vector<std::vector<std::int64_t>> parse_rank_tokens(const std::string& text, int ranks) {
+  std::vector<std::vector<std::int64_t>> rows;
+  std::size_t at = 0;
+  while (at <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', at), text.size());
+    const std::string row = text.substr(at, comma - at);
+    std::vector<std::int64_t> counts;
+    std::size_t p = 0;
+    while (p <= row.size()) {
+      const std::size_t slash = std::min(row.find('/', p), row.size());
+      const std::string v = row.substr(p, slash - p);
+      if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos || v.size() > 9) {
+        throw_invalid("--rank-tokens",
+                      "each row must be R counts >= 0 joined by '/' (rows separated by ',')", row);
+      }
+      counts.push_back(std::stoll(v));
+      p = slash + 1;
+    }
+    if (counts.size() != static_cast<std::size_t>(ranks)) {
+      throw_invalid("--rank-tokens",
+                    "each row must have one count per rank (--ranks " + std::to_string(ranks) + ")",
+                    row);
+    }
+    rows.push_back(std::move(counts));
+    at = comma + 1;
+  }
+  return rows;
+}
+
 }  // namespace
 
 MultiGpuBenchOptions parse_multi_gpu_options(Args args) {
   const Options opt(args,
-                    {"ranks", "preset", "tokens", "seed", "iters", "reps", "routing",
+                    {"ranks", "preset", "tokens", "rank-tokens", "seed", "iters", "reps", "routing",
                      "group-timeout-ms", "peer-timeout-ms", "out"},
                     {"check-virtual", "timeout-test", "fp8-combine", "help"});
   MultiGpuBenchOptions o;
@@ -65,8 +100,13 @@ MultiGpuBenchOptions parse_multi_gpu_options(Args args) {
   } else {
     o.presets = {"dsv4-flash", "h6144-e256-k8"};
   }
-  o.tokens = opt.get_int_list("tokens", {1, 8, 16, 128});
-  if (o.tokens.empty()) throw_invalid("--tokens", "must list at least one token count");
+  if (auto rows = opt.get("rank-tokens")) o.rank_tokens = parse_rank_tokens(*rows, o.ranks);
+  o.tokens = opt.get_int_list("tokens", o.rank_tokens.empty() || opt.has("tokens")
+                                            ? std::vector<std::int64_t>{1, 8, 16, 128}
+                                            : std::vector<std::int64_t>{});
+  if (o.tokens.empty() && o.rank_tokens.empty()) {
+    throw_invalid("--tokens", "must list at least one token count");
+  }
   for (const std::int64_t t : o.tokens) {
     if (t < 1) throw_invalid("--tokens", "token counts per rank must be >= 1", std::to_string(t));
   }

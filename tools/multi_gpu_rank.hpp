@@ -14,8 +14,11 @@ struct MultiGpuBenchOptions {
   int ranks = 1;
   std::vector<std::string> presets;  // default: dsv4-flash, h6144-e256-k8
   std::vector<std::int64_t> tokens;  // per rank; default 1, 8, 16, 128
-  bool check_virtual = false;        // rank 0 reruns with R virtual ranks, compares bitwise
-  bool timeout_test = false;         // rank R-1 skips the MoE call; the others must time out
+  // Ragged rows (--rank-tokens 0/37,1/512): each row one count per rank, 0 an idle rank. Run
+  // after the `tokens` rows, which are left out when only --rank-tokens is given.
+  std::vector<std::vector<std::int64_t>> rank_tokens;
+  bool check_virtual = false;  // rank 0 reruns with R virtual ranks, compares bitwise
+  bool timeout_test = false;   // rank R-1 skips the MoE call; the others must time out
   bool has_seed = false;
   std::uint64_t seed = 0;
   int iters = 20;                   // MoE calls per timed graph
@@ -28,7 +31,8 @@ struct MultiGpuBenchOptions {
 };
 
 // InvalidArgument naming the option for bad values (ranks outside 1..8, --timeout-test with
-// one rank, unknown routing or preset, token counts < 1).
+// one rank, unknown routing or preset, token counts < 1, --rank-tokens rows without one count
+// >= 0 per rank).
 MultiGpuBenchOptions parse_multi_gpu_options(Args args);
 
 // The child's work: NCCL communicator, `nccl` symmetric buffer, every preset and token count.

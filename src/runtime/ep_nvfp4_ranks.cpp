@@ -121,7 +121,6 @@ EpNvfp4Ranks::EpNvfp4Ranks(const EpNvfp4Setup& setup, const SymmBuffer& buffer)
 EpNvfp4Ranks::~EpNvfp4Ranks() = default;
 
 void EpNvfp4Ranks::set_tokens(std::int64_t tokens) {
-  const Device gpu = cuda::current_gpu();  // every tensor is tagged with it
   const MoEConfig& c = setup_.config;
   if (tokens < 1 || tokens > c.max_tokens_per_rank) {
     throw_invalid(
@@ -129,24 +128,64 @@ void EpNvfp4Ranks::set_tokens(std::int64_t tokens) {
         "must be in [1, max_tokens_per_rank = " + std::to_string(c.max_tokens_per_rank) + "]",
         std::to_string(tokens));
   }
-  tokens_ = tokens;
-  // One input set per token count, the same in every process.
-  inputs_ = reference::random_inputs(c, tokens, setup_.routing,
-                                     setup_.seed * 1000003ull + static_cast<std::uint64_t>(tokens));
-  const std::int64_t h = c.shape.hidden, k = c.shape.top_k, t = tokens;
+  set_rank_tokens(std::vector<std::int64_t>(static_cast<std::size_t>(c.num_ranks), tokens));
+}
+
+void EpNvfp4Ranks::set_rank_tokens(const std::vector<std::int64_t>& counts) {
+  const Device gpu = cuda::current_gpu();  // every tensor is tagged with it
+  const MoEConfig& c = setup_.config;
+  if (counts.size() != static_cast<std::size_t>(c.num_ranks)) {
+    throw_invalid("counts", "must have one entry per rank (" + std::to_string(c.num_ranks) + ")",
+                  std::to_string(counts.size()) + " entries");
+  }
+  std::int64_t largest = 0;
+  std::uint64_t mix = 0;
+  for (const std::int64_t t : counts) {
+    if (t < 0 || t > c.max_tokens_per_rank) {
+      throw_invalid("counts",
+                    "entries must be in [0, max_tokens_per_rank = " +
+                        std::to_string(c.max_tokens_per_rank) + "]",
+                    std::to_string(t));
+    }
+    largest = std::max(largest, t);
+    mix = mix * 1000003ull + static_cast<std::uint64_t>(t) + 1;
+  }
+  const bool uniform = std::all_of(counts.begin(), counts.end(),
+                                   [&](std::int64_t t) { return t == counts.front(); });
+  // One input set per row of counts, the same in every process (uniform rows keep the seed they
+  // always had): largest tokens per rank drawn, each rank keeping its first counts[r].
+  const std::uint64_t seed = setup_.seed * 1000003ull + static_cast<std::uint64_t>(largest) +
+                             (uniform ? 0 : mix * 0x9E3779B97F4A7C15ull);
+  const reference::MoEInputs full =
+      reference::random_inputs(c, std::max<std::int64_t>(largest, 1), setup_.routing, seed);
+  const std::int64_t h = c.shape.hidden, k = c.shape.top_k,
+                     per = std::max<std::int64_t>(largest, 1);
+  inputs_ = reference::MoEInputs{};
+  for (int r = 0; r < c.num_ranks; ++r) {
+    const std::int64_t t = counts[static_cast<std::size_t>(r)], from = r * per;
+    inputs_.x.insert(inputs_.x.end(), full.x.begin() + from * h, full.x.begin() + (from + t) * h);
+    inputs_.topk_idx.insert(inputs_.topk_idx.end(), full.topk_idx.begin() + from * k,
+                            full.topk_idx.begin() + (from + t) * k);
+    inputs_.topk_weights.insert(inputs_.topk_weights.end(), full.topk_weights.begin() + from * k,
+                                full.topk_weights.begin() + (from + t) * k);
+    inputs_.rank_tokens.push_back(t);
+  }
+  rank_tokens_ = counts;
   pd_.clear();
   outputs_.clear();
   for (const std::unique_ptr<Rank>& rk : ranks_) {
     const std::int64_t r = rk->rank;
+    const std::int64_t t = counts[static_cast<std::size_t>(r)], t0 = first_token(rk->rank);
     const std::vector<std::uint16_t> xb = reference::to_bf16_bits(
-        std::span<const float>(inputs_.x.data() + r * t * h, static_cast<std::size_t>(t * h)));
+        std::span<const float>(inputs_.x.data() + t0 * h, static_cast<std::size_t>(t * h)));
     rk->x = upload(xb);
-    rk->ids = upload(std::span<const std::int64_t>(inputs_.topk_idx.data() + r * t * k,
+    rk->ids = upload(std::span<const std::int64_t>(inputs_.topk_idx.data() + t0 * k,
                                                    static_cast<std::size_t>(t * k)));
-    rk->weights = upload(std::span<const float>(inputs_.topk_weights.data() + r * t * k,
+    rk->weights = upload(std::span<const float>(inputs_.topk_weights.data() + t0 * k,
                                                 static_cast<std::size_t>(t * k)));
     rk->out = DeviceBuffer(static_cast<std::size_t>(t * h * 2));
     rk->out.fill_bytes(0xFF);
+    // An idle rank's tensors are empty with null data, as torch's empty tensors are.
     PreDispatchInputs p;
     p.rank = rk->rank;
     p.x = TensorView::contiguous(rk->x.as<void>(), DType::bf16, {t, h}, gpu);
@@ -158,21 +197,36 @@ void EpNvfp4Ranks::set_tokens(std::int64_t tokens) {
   }
 }
 
+std::int64_t EpNvfp4Ranks::tokens(int rank) const {
+  if (rank < 0 || rank >= static_cast<int>(rank_tokens_.size())) {
+    throw_invalid("rank", "must be a rank of the last set_rank_tokens", std::to_string(rank));
+  }
+  return rank_tokens_[static_cast<std::size_t>(rank)];
+}
+
+std::int64_t EpNvfp4Ranks::first_token(int rank) const {
+  std::int64_t n = 0;
+  for (int r = 0; r < rank; ++r) n += rank_tokens_[static_cast<std::size_t>(r)];
+  return n;
+}
+
 EpRouteCounts EpNvfp4Ranks::route_counts() const {
   const MoEConfig& c = setup_.config;
   const std::int64_t k = c.shape.top_k, el = c.experts_per_rank(), e = c.shape.num_experts;
   EpRouteCounts rc;
   rc.remote_in.assign(static_cast<std::size_t>(c.num_ranks), 0);
   rc.remote_out.assign(static_cast<std::size_t>(c.num_ranks), 0);
-  for (std::size_t j = 0; j < inputs_.topk_idx.size(); ++j) {
-    const std::int64_t id = inputs_.topk_idx[j];
-    if (id < 0 || id >= e) continue;
-    ++rc.live;
-    const std::int64_t src = static_cast<std::int64_t>(j) / k / tokens_;
-    const std::int64_t owner = id / el;
-    if (owner == src) continue;
-    ++rc.remote_out[static_cast<std::size_t>(src)];
-    ++rc.remote_in[static_cast<std::size_t>(owner)];
+  for (int src = 0; src < c.num_ranks; ++src) {
+    const std::int64_t t0 = first_token(src), t1 = t0 + tokens(src);
+    for (std::int64_t j = t0 * k; j < t1 * k; ++j) {
+      const std::int64_t id = inputs_.topk_idx[static_cast<std::size_t>(j)];
+      if (id < 0 || id >= e) continue;
+      ++rc.live;
+      const std::int64_t owner = id / el;
+      if (owner == src) continue;
+      ++rc.remote_out[static_cast<std::size_t>(src)];
+      ++rc.remote_in[static_cast<std::size_t>(owner)];
+    }
   }
   return rc;
 }
@@ -187,12 +241,12 @@ std::vector<std::int64_t> EpNvfp4Ranks::expert_route_counts() const {
 }
 
 void EpNvfp4Ranks::pre_dispatch(megamoe::Stream stream) {
-  if (tokens_ == 0) throw_invalid("tokens", "set_tokens must run before pre_dispatch");
+  if (rank_tokens_.empty()) throw_invalid("tokens", "set_tokens must run before pre_dispatch");
   mega_moe_pre_dispatch(buffer_, pd_, stream);
 }
 
 void EpNvfp4Ranks::moe(megamoe::Stream stream) {
-  if (tokens_ == 0) throw_invalid("tokens", "set_tokens must run before moe");
+  if (rank_tokens_.empty()) throw_invalid("tokens", "set_tokens must run before moe");
   nvfp4_mega_moe(buffer_, weight_views_, outputs_, stream);
 }
 

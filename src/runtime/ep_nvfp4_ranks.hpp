@@ -42,9 +42,12 @@ class EpNvfp4Ranks {
 
   // New inputs of `tokens` tokens per rank: reference::random_inputs for all R ranks (every
   // process generates all of them and keeps its own ranks' rows), uploaded; outputs poisoned
-  // with 0xFF bytes (a bf16 NaN) so unwritten rows show.
+  // with 0xFF bytes (a bf16 NaN) so unwritten rows show. tokens in [1, max_tokens_per_rank].
   void set_tokens(std::int64_t tokens);
-  std::int64_t tokens() const { return tokens_; }
+  // Ragged batches: counts[r] tokens on rank r, 0 for an idle rank (its tensors empty with null
+  // data); one draw of max(counts) tokens per rank of which rank r keeps its first counts[r].
+  void set_rank_tokens(const std::vector<std::int64_t>& counts);
+  std::int64_t tokens(int rank) const;
   EpRouteCounts route_counts() const;
   // Routes per expert over every rank's tokens (masked routes excluded): [E].
   std::vector<std::int64_t> expert_route_counts() const;
@@ -68,8 +71,11 @@ class EpNvfp4Ranks {
   std::vector<Nvfp4KernelWeights> weight_views_;
   std::vector<PreDispatchInputs> pd_;
   std::vector<Nvfp4MoEOutputs> outputs_;
+  // The rank's first row among all ranks' tokens (ranks in order).
+  std::int64_t first_token(int rank) const;
+
   reference::MoEInputs inputs_;
-  std::int64_t tokens_ = 0;
+  std::vector<std::int64_t> rank_tokens_;  // of the last set_rank_tokens; empty before it
 };
 
 // Index of the first difference of two bf16 arrays, or -1 when bitwise equal (sizes differing:

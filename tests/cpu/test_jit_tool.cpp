@@ -1,4 +1,5 @@
-// `megamoe info` and `megamoe precompile` as a user runs them.
+// `megamoe info`, `megamoe precompile` and the multi-GPU bench's option checks as a user runs
+// them.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -74,6 +75,15 @@ TEST(JitTool, PrecompileRejectsBadOptionsNamingThem) {
   r = run_tool("precompile");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("'--preset'"), std::string::npos) << r.output;
+}
+
+// Ragged rows of the multi-GPU bench are checked in the parent, before any process or GPU.
+TEST(JitTool, BenchRejectsBadRankTokensNamingThem) {
+  for (const char* rows : {"1/2/3", "4", "1/x", "1//2", "1/2,", "-1/2"}) {
+    const ToolRun r = run_tool(std::string("bench --ranks 2 --rank-tokens ") + rows);
+    EXPECT_NE(r.exit_code, 0) << rows;
+    EXPECT_NE(r.output.find("'--rank-tokens'"), std::string::npos) << rows << ": " << r.output;
+  }
 }
 
 }  // namespace

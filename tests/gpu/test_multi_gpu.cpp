@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "megamoe/buffer.hpp"
+#include "megamoe/heuristics.hpp"
 #include "megamoe/presets.hpp"
 #include "runtime/cuda_driver.hpp"
 #include "runtime/device_memory.hpp"
@@ -139,13 +140,13 @@ TEST_F(MultiGpu, NcclProviderWithOneRankMatchesLocalBitwise) {
 }
 
 // The launcher end to end with one child process: NCCL init from a relayed unique id, the nccl
-// provider, the virtual-rank comparison on the same GPU, timing.
+// provider, the virtual-rank comparison on the same GPU, timing; last a call with no tokens.
 TEST_F(MultiGpu, LauncherWithOneRankIsBitwiseEqualToTheLocalProvider) {
   const ToolRun r = run_tool(
-      "bench --ranks 1 --preset dsv4-flash --tokens 1,8,16,128 --check-virtual --iters 2 "
-      "--reps 3");
+      "bench --ranks 1 --preset dsv4-flash --tokens 1,8,16,128 --rank-tokens 0 --check-virtual "
+      "--iters 2 --reps 3");
   EXPECT_EQ(r.status, 0) << r.output;
-  EXPECT_EQ(count_of(r.output, "bitwise equal"), 4) << r.output;
+  EXPECT_EQ(count_of(r.output, "bitwise equal"), 5) << r.output;
   EXPECT_EQ(count_of(r.output, "DIFFERS"), 0) << r.output;
   EXPECT_NE(r.output.find("all 1 ranks ok"), std::string::npos) << r.output;
 }
@@ -189,6 +190,30 @@ TEST_F(MultiGpu, AcrossGpusTileChoiceBitwiseEqualToVirtualRanks) {
       "--iters 2 --reps 3",
       2);
   EXPECT_EQ(count_of(z.output, "(ran "), 2) << z.output;
+}
+
+// Ragged batches across GPUs, as data-parallel ranks send them: an idle rank (0 tokens) beside a
+// busy one, ranks whose counts give them different BLOCK_M tables (so different kernels in one
+// call: the ranks meet only at the cross-rank barriers), both ranks idle. Every output is complete
+// and repeatable, each rank's verdict matches the host's rule, and every rank's output equals the
+// virtual ranks' (whose table comes from the row's largest count): bitwise where every rank ran
+// the virtual run's tile, else within the oracle gates.
+TEST_F(MultiGpu, AcrossGpusRaggedTokenCounts) {
+  if (!have_two_gpus()) GTEST_SKIP() << "needs >= 2 GPUs, found " << gpus_;
+  MoEConfig c;
+  c.shape = find_preset("dsv4-flash").shape;
+  c.num_ranks = 2;
+  c.max_tokens_per_rank = 512;
+  ASSERT_NE(get_block_m_for_mega_moe(c, 1), get_block_m_for_mega_moe(c, 512))
+      << "the rows 1/512 and 512/0 must give the two ranks different tables";
+  const ToolRun r = run_tool(
+      "bench --ranks 2 --preset dsv4-flash --rank-tokens 0/37,1/512,512/0,0/0,5/3 "
+      "--check-virtual --iters 2 --reps 3");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(count_of(r.output, "bitwise equal") + count_of(r.output, "within the gates"), 5)
+      << r.output;
+  EXPECT_EQ(count_of(r.output, "DIFFERS"), 0) << r.output;
+  EXPECT_EQ(count_of(r.output, "FAILED"), 0) << r.output;
 }
 
 TEST_F(MultiGpu, AMissingRankTimesOutNamingRankAndPhase) {

@@ -53,6 +53,9 @@ struct Case {
   int top_k = 8;
   int ranks = 1;
   std::int64_t tokens = 1;  // per rank
+  // Ragged batches: each rank's own count (0 = an idle rank that still joins the call); empty:
+  // `tokens` on every rank.
+  std::vector<std::int64_t> rank_tokens;
   std::int64_t t_max = 512;
   Routing routing = Routing::uniform;
   bool swizzled = false;
@@ -60,13 +63,40 @@ struct Case {
   bool fp8_combine = false;
 };
 
+std::int64_t tokens_of(const Case& c, int rank) {
+  return c.rank_tokens.empty() ? c.tokens : c.rank_tokens[static_cast<std::size_t>(rank)];
+}
+
+// The rank's first row in the oracle's [N, H] (ranks in order).
+std::int64_t first_token_of(const Case& c, int rank) {
+  std::int64_t n = 0;
+  for (int r = 0; r < rank; ++r) n += tokens_of(c, r);
+  return n;
+}
+
+std::int64_t total_tokens(const Case& c) {
+  return first_token_of(c, c.ranks);
+}
+
+// The largest count of any rank: what nvfp4_mega_moe takes its BLOCK_M from (at least 1).
+std::int64_t largest_tokens(const Case& c) {
+  std::int64_t t = 1;
+  for (int r = 0; r < c.ranks; ++r) t = std::max(t, tokens_of(c, r));
+  return t;
+}
+
 std::string describe_case(const Case& c) {
   const char* r[] = {"uniform", "masked20", "one_expert", "zipf"};
+  std::string tokens = std::to_string(c.tokens);
+  if (!c.rank_tokens.empty()) {
+    tokens.clear();
+    for (std::int64_t t : c.rank_tokens) tokens += (tokens.empty() ? "" : "/") + std::to_string(t);
+  }
   return "H=" + std::to_string(c.hidden) + " I=" + std::to_string(c.inter) +
          " E=" + std::to_string(c.experts) + " K=" + std::to_string(c.top_k) +
-         " R=" + std::to_string(c.ranks) + " T=" + std::to_string(c.tokens) + " " +
-         r[static_cast<int>(c.routing)] + (c.swizzled ? " swizzled-sf" : "") +
-         (c.clamp > 0 ? " clamp" : "") + (c.fp8_combine ? " fp8-combine" : "");
+         " R=" + std::to_string(c.ranks) + " T=" + tokens + " " + r[static_cast<int>(c.routing)] +
+         (c.swizzled ? " swizzled-sf" : "") + (c.clamp > 0 ? " clamp" : "") +
+         (c.fp8_combine ? " fp8-combine" : "");
 }
 
 MoEConfig config_of(const Case& c) {
@@ -162,45 +192,64 @@ reference::RoutingOptions routing_options(const Case& c) {
 }
 
 // One layer call's device inputs and outputs, per rank: the bf16 tokens and routes that
-// mega_moe_pre_dispatch reads, the bf16 outputs nvfp4_mega_moe writes, and their views.
+// mega_moe_pre_dispatch reads, the bf16 outputs nvfp4_mega_moe writes, and their views. Each
+// rank's output buffer holds max_tokens_per_rank rows of which the view is the rank's first
+// `rows`: the rows past it stay poisoned unless the kernel writes past the rank's count. An idle
+// rank's views are empty with null data pointers, as torch hands over empty tensors.
 struct LayerIo {
   std::vector<DeviceBuffer> x, ids, tw, outs;
+  std::vector<std::int64_t> rows;
   std::vector<PreDispatchInputs> pd;
   std::vector<Nvfp4MoEOutputs> outputs;
+
+  void poison() {
+    for (auto& o : outs) o.fill_bytes(0xFF);  // bf16 NaN everywhere
+  }
 };
 
 LayerIo upload_layer_io(const Case& c, const reference::MoEInputs& in) {
   LayerIo io;
-  const std::int64_t h = c.hidden, t = c.tokens, k = c.top_k;
+  const std::int64_t h = c.hidden, k = c.top_k;
   for (int r = 0; r < c.ranks; ++r) {
+    const std::int64_t t = tokens_of(c, r), t0 = first_token_of(c, r);
     io.x.push_back(upload(reference::to_bf16_bits(
-        std::span<const float>(in.x.data() + r * t * h, static_cast<std::size_t>(t * h)))));
+        std::span<const float>(in.x.data() + t0 * h, static_cast<std::size_t>(t * h)))));
     io.ids.push_back(
-        upload(std::span(in.topk_idx.data() + r * t * k, static_cast<std::size_t>(t * k))));
+        upload(std::span(in.topk_idx.data() + t0 * k, static_cast<std::size_t>(t * k))));
     io.tw.push_back(
-        upload(std::span(in.topk_weights.data() + r * t * k, static_cast<std::size_t>(t * k))));
-    io.outs.emplace_back(static_cast<std::size_t>(t * h * 2));
+        upload(std::span(in.topk_weights.data() + t0 * k, static_cast<std::size_t>(t * k))));
+    io.outs.emplace_back(static_cast<std::size_t>(c.t_max * h * 2));
+    io.rows.push_back(t);
   }
   for (int r = 0; r < c.ranks; ++r) {
     const auto ur = static_cast<std::size_t>(r);
+    const std::int64_t t = io.rows[ur];
+    const auto data = [&](DeviceBuffer& b) { return t > 0 ? b.as<void>() : nullptr; };
     PreDispatchInputs p;
     p.rank = r;
-    p.x = TensorView::contiguous(io.x[ur].as<void>(), DType::bf16, {t, h}, kGpu);
-    p.topk_idx = TensorView::contiguous(io.ids[ur].as<void>(), DType::i64, {t, k}, kGpu);
-    p.topk_weights = TensorView::contiguous(io.tw[ur].as<void>(), DType::f32, {t, k}, kGpu);
+    p.x = TensorView::contiguous(data(io.x[ur]), DType::bf16, {t, h}, kGpu);
+    p.topk_idx = TensorView::contiguous(data(io.ids[ur]), DType::i64, {t, k}, kGpu);
+    p.topk_weights = TensorView::contiguous(data(io.tw[ur]), DType::f32, {t, k}, kGpu);
     io.pd.push_back(p);
-    io.outputs.push_back(
-        {r, TensorView::contiguous(io.outs[ur].as<void>(), DType::bf16, {t, h}, kGpu)});
+    io.outputs.push_back({r, TensorView::contiguous(data(io.outs[ur]), DType::bf16, {t, h}, kGpu)});
   }
   return io;
 }
 
-// Every rank's output, as bf16 bits.
-std::vector<std::vector<std::uint16_t>> download_outputs(std::vector<DeviceBuffer>& outs) {
+// Every rank's output rows, as bf16 bits. The rows past each rank's count must still hold the
+// poison (checked here).
+std::vector<std::vector<std::uint16_t>> download_outputs(LayerIo& io) {
   std::vector<std::vector<std::uint16_t>> v;
-  for (auto& o : outs) {
-    v.emplace_back(o.size() / 2);
-    o.copy_to_host(std::as_writable_bytes(std::span<std::uint16_t>(v.back())));
+  for (std::size_t r = 0; r < io.outs.size(); ++r) {
+    std::vector<std::uint16_t> all(io.outs[r].size() / 2);
+    io.outs[r].copy_to_host(std::as_writable_bytes(std::span<std::uint16_t>(all)));
+    const auto view = static_cast<std::size_t>(io.outputs[r].out.numel());
+    std::size_t written_past = 0;
+    for (std::size_t j = view; j < all.size(); ++j) written_past += all[j] != 0xFFFF ? 1 : 0;
+    EXPECT_EQ(written_past, 0u) << "rank " << r << ": elements written past its " << io.rows[r]
+                                << " output rows";
+    all.resize(view);
+    v.push_back(std::move(all));
   }
   return v;
 }
@@ -213,18 +262,21 @@ struct Harness : LayerIo {
   reference::MoEInputs inputs;
   std::vector<RankWeights> weights;
   std::vector<Nvfp4KernelWeights> weight_views;
-  std::vector<double> ref;  // [R*T, H]
+  std::vector<double> ref;  // [N, H], ranks in order
   runtime::Stream stream;   // a created stream (not the legacy default stream)
 
   Harness(const Case& cs, std::uint64_t sd) : c(cs), cfg(config_of(cs)), seed(sd) {
     buffer = get_symm_buffer_for_mega_moe(cfg, "local");
-    inputs = reference::random_inputs(cfg, c.tokens, routing_options(c), seed);
+    // Ragged cases draw largest_tokens per rank and keep each rank's first rows; the FC2 input
+    // scales come from the whole draw (a calibration batch the call's tokens are part of).
+    inputs = reference::random_inputs(cfg, largest_tokens(c), routing_options(c), seed);
     apply_routing(c, cfg, seed + 7, inputs);
     const reference::QuantizedWeights w = reference::random_weights(cfg, seed + 1);
     const std::vector<float> fc2s = reference::calibrate_fc2_input_scales(cfg, inputs, w);
+    if (!c.rank_tokens.empty()) inputs = ragged(inputs);
     reference::ForwardOptions fo;
     fo.fc2_input_scale = fc2s;
-    ref = reference::moe_forward(cfg, inputs, w, fo).out;
+    if (total_tokens(c) > 0) ref = reference::moe_forward(cfg, inputs, w, fo).out;
 
     weights.resize(static_cast<std::size_t>(c.ranks));
     for (int r = 0; r < c.ranks; ++r) {
@@ -232,6 +284,22 @@ struct Harness : LayerIo {
       weight_views.push_back(weights[static_cast<std::size_t>(r)].kernel->view);
     }
     static_cast<LayerIo&>(*this) = upload_layer_io(c, inputs);
+  }
+
+  // Each rank's first tokens_of(c, r) of a draw of largest_tokens per rank.
+  reference::MoEInputs ragged(const reference::MoEInputs& full) const {
+    const std::int64_t h = c.hidden, k = c.top_k, per = largest_tokens(c);
+    reference::MoEInputs out;
+    for (int r = 0; r < c.ranks; ++r) {
+      const std::int64_t t = tokens_of(c, r), from = r * per;
+      out.x.insert(out.x.end(), full.x.begin() + from * h, full.x.begin() + (from + t) * h);
+      out.topk_idx.insert(out.topk_idx.end(), full.topk_idx.begin() + from * k,
+                          full.topk_idx.begin() + (from + t) * k);
+      out.topk_weights.insert(out.topk_weights.end(), full.topk_weights.begin() + from * k,
+                              full.topk_weights.begin() + (from + t) * k);
+      out.rank_tokens.push_back(t);
+    }
+    return out;
   }
 
   bool library_dispatch = false;  // run mega_moe_pre_dispatch instead of the host image
@@ -247,14 +315,15 @@ struct Harness : LayerIo {
       cuda::check(cuda::driver().cuStreamSynchronize(stream.get()), "after mega_moe_pre_dispatch");
       return;
     }
-    const std::int64_t h = c.hidden, t = c.tokens, k = c.top_k;
+    const std::int64_t h = c.hidden, k = c.top_k;
     for (int r = 0; r < c.ranks; ++r) {
+      const std::int64_t t = tokens_of(c, r), t0 = first_token_of(c, r);
       const test::InputImage img = test::nvfp4_input_image(
           buffer.plan,
-          std::span<const float>(inputs.x.data() + r * t * h, static_cast<std::size_t>(t * h)),
-          std::span<const std::int64_t>(inputs.topk_idx.data() + r * t * k,
+          std::span<const float>(inputs.x.data() + t0 * h, static_cast<std::size_t>(t * h)),
+          std::span<const std::int64_t>(inputs.topk_idx.data() + t0 * k,
                                         static_cast<std::size_t>(t * k)),
-          std::span<const float>(inputs.topk_weights.data() + r * t * k,
+          std::span<const float>(inputs.topk_weights.data() + t0 * k,
                                  static_cast<std::size_t>(t * k)),
           t);
       const auto dst = reinterpret_cast<CUdeviceptr>(
@@ -266,18 +335,18 @@ struct Harness : LayerIo {
   void run(CUstream on) { nvfp4_mega_moe(buffer, weight_views, outputs, on); }
 
   Result poisoned_run() {
-    for (auto& o : outs) o.fill_bytes(0xFF);  // bf16 NaN everywhere
+    poison();
     dispatch();
     nvfp4_mega_moe(buffer, weight_views, outputs, stream.get());
     cuda::check(cuda::driver().cuStreamSynchronize(stream.get()), "after nvfp4_mega_moe");
     return fetch();
   }
 
-  Result fetch() { return Result{download_outputs(outs)}; }
+  Result fetch() { return Result{download_outputs(*this)}; }
 
   // Checks the gates per block of BLOCK_M tokens (of each rank); returns a summary line.
   std::string check(const Result& res) {
-    const int bm = get_block_m_for_mega_moe(cfg, c.tokens);
+    const int bm = get_block_m_for_mega_moe(cfg, largest_tokens(c));
     const std::int64_t h = c.hidden;
     double worst_cos = 1.0, worst_rel = 0.0;
     std::int64_t nonfinite = 0;
@@ -286,13 +355,14 @@ struct Harness : LayerIo {
     std::int64_t worst_at[3] = {0, 0, 0};
     for (int r = 0; r < c.ranks; ++r) {
       const auto& o = res.out[static_cast<std::size_t>(r)];
-      for (std::int64_t t0 = 0; t0 < c.tokens; t0 += bm) {
-        const std::int64_t t1 = std::min(c.tokens, t0 + bm);
+      const std::int64_t count = tokens_of(c, r), row0 = first_token_of(c, r);
+      for (std::int64_t t0 = 0; t0 < count; t0 += bm) {
+        const std::int64_t t1 = std::min(count, t0 + bm);
         double dot = 0, nr = 0, no = 0, diff = 0;
         for (std::int64_t t = t0; t < t1; ++t) {
           for (std::int64_t j = 0; j < h; ++j) {
             const double got = formats::bf16_to_float(o[static_cast<std::size_t>(t * h + j)]);
-            const double want = ref[static_cast<std::size_t>((r * c.tokens + t) * h + j)];
+            const double want = ref[static_cast<std::size_t>((row0 + t) * h + j)];
             if (!std::isfinite(got)) {
               ++nonfinite;
               continue;
@@ -355,7 +425,7 @@ std::string forced_version_refuses(const Case& c) {
   if (v == nullptr || *v == '\0') return {};
   try {
     const MoEConfig config = config_of(c);
-    runtime::nvfp4_mega_moe_request(config, get_block_m_for_mega_moe(config, c.tokens));
+    runtime::nvfp4_mega_moe_request(config, get_block_m_for_mega_moe(config, largest_tokens(c)));
   } catch (const Unsupported& e) {
     return std::string("MEGAMOE_NVFP4_KERNEL=") + v + " does not build this case: " + e.what();
   }
@@ -474,6 +544,64 @@ Case dsv4_flash_widths(std::int64_t tokens) {
 
 TEST_F(Nvfp4MegaMoe, DsV4FlashWidths) {
   run_case(dsv4_flash_widths(24));
+}
+
+// Ragged batches as a serving engine's data-parallel ranks send them: every rank its own token
+// count, idle ranks (0 tokens, null data pointers) joining the call, one rank far above the rest
+// (its count sets BLOCK_M for all), FP8 combine slots, the library's pre-dispatch, routes piled
+// onto one expert (the tile choice on the device). Outputs hold max_tokens_per_rank rows and the
+// rows past each rank's count must keep their poison.
+TEST_F(Nvfp4MegaMoe, RaggedTokenCountsAndIdleRanks) {
+  const auto ragged = [](int ranks, int top_k, std::vector<std::int64_t> counts, Routing routing) {
+    Case c;
+    c.ranks = ranks;
+    c.top_k = top_k;
+    c.rank_tokens = std::move(counts);
+    c.routing = routing;
+    return c;
+  };
+  run_case(ragged(2, 8, {0, 37}, Routing::masked));
+  run_case(ragged(4, 6, {1, 0, 64, 9}, Routing::masked));
+  run_case(ragged(8, 8, {0, 0, 5, 0, 130, 1, 0, 17}, Routing::uniform));
+  run_case(ragged(2, 8, {512, 3}, Routing::masked));
+  run_case(ragged(2, 8, {0, 24}, Routing::one_expert));
+  Case fp8 = ragged(4, 6, {3, 0, 50, 21}, Routing::masked);
+  fp8.fp8_combine = true;
+  run_case(fp8);
+  run_case(ragged(4, 8, {0, 33, 1, 8}, Routing::masked), /*library_dispatch=*/true);
+  Case wide_rows = dsv4_flash_widths(0);
+  wide_rows.ranks = 2;
+  wide_rows.rank_tokens = {1, 40};
+  run_case(wide_rows);
+}
+
+// A call in which every rank is idle completes (each rank still passes the call's barriers) and
+// leaves the buffer as it found it: the call before and the call after give the same bits.
+TEST_F(Nvfp4MegaMoe, CallWithEveryRankIdle) {
+  Case c;
+  c.ranks = 4;
+  c.top_k = 8;
+  c.rank_tokens = {5, 40, 0, 17};
+  c.routing = Routing::masked;
+  if (!case_selected(c)) return;
+  const std::uint64_t seed = case_seed();
+  SCOPED_TRACE(describe_case(c) + " seed " + std::to_string(seed));
+  Harness hs(c, seed);
+  hs.library_dispatch = true;
+  const Result before = hs.poisoned_run();
+  std::printf("  %s seed %llu\n", hs.check(before).c_str(), static_cast<unsigned long long>(seed));
+
+  Case idle = c;
+  idle.rank_tokens.assign(4, 0);
+  LayerIo none = upload_layer_io(idle, reference::MoEInputs{});
+  none.poison();
+  mega_moe_pre_dispatch(hs.buffer, none.pd, hs.stream.get());
+  nvfp4_mega_moe(hs.buffer, hs.weight_views, none.outputs, hs.stream.get());
+  hs.stream.synchronize();
+  for (const auto& rows : download_outputs(none)) EXPECT_TRUE(rows.empty());
+
+  EXPECT_EQ(hs.poisoned_run().out, before.out) << "the call after the idle one differs";
+  std::printf("  every rank idle: completed; the next call bitwise equal to the one before\n");
 }
 
 // Stages of two blocks per consumer warp (the default when H / 128 and I / 128 divide by twice
@@ -742,7 +870,7 @@ TEST_F(Nvfp4MegaMoe, GraphReplayMatchesEagerBitwise) {
   const cuda::Driver& d = cuda::driver();
   runtime::Stream& stream = hs.stream;
   const CUgraphExec exec = capture_graph(stream.get(), [&] { hs.run(stream.get()); });
-  for (auto& o : hs.outs) o.fill_bytes(0xFF);
+  hs.poison();
   for (int i = 0; i < 3; ++i) MEGAMOE_CU(d.cuGraphLaunch(exec, stream.get()));
   stream.synchronize();
   const Result replay = hs.fetch();
@@ -771,15 +899,15 @@ TwoSetOutputs check_layers_back_to_back(Harness& hs, LayerIo& b, AfterSync after
     if (sync) MEGAMOE_CU(d.cuStreamSynchronize(stream));
   };
   auto poison = [&] {
-    for (auto& o : hs.outs) o.fill_bytes(0xFF);
-    for (auto& o : b.outs) o.fill_bytes(0xFF);
+    hs.poison();
+    b.poison();
   };
   poison();
   layer(hs.pd, hs.outputs, true);
   after_sync(0);
   layer(b.pd, b.outputs, true);
   after_sync(1);
-  TwoSetOutputs want{download_outputs(hs.outs), download_outputs(b.outs)};
+  TwoSetOutputs want{download_outputs(hs), download_outputs(b)};
 
   poison();
   for (int i = 0; i < 3; ++i) {
@@ -787,8 +915,8 @@ TwoSetOutputs check_layers_back_to_back(Harness& hs, LayerIo& b, AfterSync after
     layer(b.pd, b.outputs, false);
   }
   MEGAMOE_CU(d.cuStreamSynchronize(stream));
-  EXPECT_EQ(download_outputs(hs.outs), want.a) << "eager, input set A, seed " << hs.seed;
-  EXPECT_EQ(download_outputs(b.outs), want.b) << "eager, input set B, seed " << hs.seed;
+  EXPECT_EQ(download_outputs(hs), want.a) << "eager, input set A, seed " << hs.seed;
+  EXPECT_EQ(download_outputs(b), want.b) << "eager, input set B, seed " << hs.seed;
 
   const CUgraphExec exec = capture_graph(stream, [&] {
     layer(hs.pd, hs.outputs, false);
@@ -797,8 +925,8 @@ TwoSetOutputs check_layers_back_to_back(Harness& hs, LayerIo& b, AfterSync after
   poison();
   for (int i = 0; i < 3; ++i) MEGAMOE_CU(d.cuGraphLaunch(exec, stream));
   MEGAMOE_CU(d.cuStreamSynchronize(stream));
-  EXPECT_EQ(download_outputs(hs.outs), want.a) << "graph, input set A, seed " << hs.seed;
-  EXPECT_EQ(download_outputs(b.outs), want.b) << "graph, input set B, seed " << hs.seed;
+  EXPECT_EQ(download_outputs(hs), want.a) << "graph, input set A, seed " << hs.seed;
+  EXPECT_EQ(download_outputs(b), want.b) << "graph, input set B, seed " << hs.seed;
   d.cuGraphExecDestroy(exec);
   return want;
 }

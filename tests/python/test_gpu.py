@@ -201,6 +201,30 @@ def test_nvfp4_mega_moe_matches_the_oracle(tokens):
         assert torch.equal(a, b)
 
 
+def test_ragged_token_counts_and_idle_ranks_match_the_oracle():
+    # Data-parallel ranks with their own batch sizes; idle ranks pass empty tensors and still
+    # join the call. Outputs have each rank's own row count.
+    c = nvfp4_config(num_ranks=4)
+    s = seed()
+    layer = Layer(c, s)
+    buf = mt.get_symm_buffer_for_mega_moe(c)
+    counts = [0, 13, 1, 40]
+    x, idx, w = inputs(c, max(counts), s + 2)
+    per = max(counts)
+    keep = np.concatenate([np.arange(r * per, r * per + t) for r, t in enumerate(counts)])
+    x, idx, w = x[keep], idx[keep], w[keep]
+    first = np.concatenate([[0], np.cumsum(counts)])
+    for r, t in enumerate(counts):
+        rows = slice(first[r], first[r] + t)
+        mt.mega_moe_pre_dispatch(buf, bf16(x[rows]), cuda(idx[rows]), cuda(w[rows]), rank=r)
+    outs = mt.nvfp4_mega_moe(buf, layer.kernel, num_tokens=counts)
+    assert [o.shape[0] for o in outs] == counts
+    torch.cuda.synchronize()
+    want = ref.moe_forward(c, x, idx, w, layer.weights, fc2_input_scale=layer.fc2_scale,
+                           rank_tokens=np.array(counts, dtype=np.int64))["out"]
+    assert_close_to_oracle(torch.cat(outs), want)
+
+
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
 def test_layer_on_the_second_gpu_equals_the_first():
     # torch tags tensors cuda:1 under torch.cuda.device(1); the launchers check against the
