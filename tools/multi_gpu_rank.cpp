@@ -126,13 +126,13 @@ std::vector<std::uint16_t> words_of(const std::string& s) {
 
 // Milliseconds per MoE call: a graph of `iters` calls, launched `reps` times, each launch after
 // a host barrier so every rank's replay starts together.
-double time_moe_ms(runtime::EpNvfp4Ranks& ranks, const runtime::Stream& stream, int iters, int reps,
-                   RankChannel& ch) {
+double time_moe_ms(runtime::EpNvfp4Ranks& ranks, bool share_largest, const runtime::Stream& stream,
+                   int iters, int reps, RankChannel& ch) {
   const cuda::Driver& d = cuda::driver();
   CUgraph graph = nullptr;
   CUgraphExec exec = nullptr;
   MEGAMOE_CU(d.cuStreamBeginCapture(stream.get(), CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
-  for (int i = 0; i < iters; ++i) ranks.moe(stream.get());
+  for (int i = 0; i < iters; ++i) ranks.moe(stream.get(), share_largest);
   MEGAMOE_CU(d.cuStreamEndCapture(stream.get(), &graph));
   MEGAMOE_CU(d.cuGraphInstantiateWithFlags(&exec, graph, 0));
   d.cuGraphDestroy(graph);
@@ -330,13 +330,18 @@ int run_bench_rank(const MultiGpuBenchOptions& o, RankChannel& ch) {
   const runtime::DeviceProperties props = runtime::device_properties(me);
   ch.phase("nccl-init");
   const ncclComm_t comm = init_nccl(ch);
-  // Uniform rows, then the ragged ones; the plan holds the largest count of any.
-  std::vector<std::vector<std::int64_t>> rows;
-  for (const std::int64_t t : o.tokens) rows.emplace_back(static_cast<std::size_t>(R), t);
-  rows.insert(rows.end(), o.rank_tokens.begin(), o.rank_tokens.end());
+  // Uniform rows, then each ragged one twice: every rank's BLOCK_M from its own count, then
+  // from the row's largest (max_tokens_across_ranks). The plan holds the largest count of any.
+  std::vector<std::pair<std::vector<std::int64_t>, bool>> rows;
+  for (const std::int64_t t : o.tokens)
+    rows.emplace_back(std::vector(static_cast<std::size_t>(R), t), false);
+  for (const std::vector<std::int64_t>& row : o.rank_tokens) {
+    rows.emplace_back(row, false);
+    if (*std::max_element(row.begin(), row.end()) > 0) rows.emplace_back(row, true);
+  }
   std::int64_t t_max = 1;
-  for (const std::vector<std::int64_t>& row : rows) {
-    t_max = std::max(t_max, *std::max_element(row.begin(), row.end()));
+  for (const auto& row : rows) {
+    t_max = std::max(t_max, *std::max_element(row.first.begin(), row.first.end()));
   }
   bool all_ok = true;
   Table table;
@@ -377,13 +382,15 @@ int run_bench_rank(const MultiGpuBenchOptions& o, RankChannel& ch) {
 
     std::unique_ptr<SymmBuffer> virtual_buffer;
     std::unique_ptr<runtime::EpNvfp4Ranks> virtual_ranks;
-    for (const std::vector<std::int64_t>& row : rows) {
-      // This rank's count sets its BLOCK_M table, as in the library (at least 1); the row's
-      // largest sets the virtual run's.
-      const std::int64_t T = std::max<std::int64_t>(row[static_cast<std::size_t>(me)], 1);
+    for (const auto& [row, share] : rows) {
       const std::int64_t T_row =
           std::max<std::int64_t>(*std::max_element(row.begin(), row.end()), 1);
-      const std::string label = row_label(row);
+      // This rank's count sets its BLOCK_M table, as in the library (at least 1), unless the row
+      // passes its largest as max_tokens_across_ranks; the row's largest sets the virtual run's.
+      const std::int64_t T =
+          share ? T_row : std::max<std::int64_t>(row[static_cast<std::size_t>(me)], 1);
+      const std::string label =
+          row_label(row) + (share ? " (max " + std::to_string(T_row) + ")" : "");
       const std::string where = preset_name + " T=" + label;
       ch.phase(where + ": pre-dispatch");
       ranks.set_rank_tokens(row);
@@ -392,7 +399,7 @@ int run_bench_rank(const MultiGpuBenchOptions& o, RankChannel& ch) {
       // No host barrier here: the kernel's own entry barrier (separate processes) must make
       // every rank's pre-dispatch visible before phase 0 reads it -- this run tests it.
       ch.phase(where + ": moe");
-      ranks.moe(stream.get());
+      ranks.moe(stream.get(), share);
       stream.synchronize();
       const std::vector<std::uint16_t> out = ranks.output(me);
       std::string check = "-";
@@ -438,7 +445,7 @@ int run_bench_rank(const MultiGpuBenchOptions& o, RankChannel& ch) {
           }
           virtual_ranks->set_rank_tokens(row);
           virtual_ranks->pre_dispatch(stream.get());
-          virtual_ranks->moe(stream.get());
+          virtual_ranks->moe(stream.get(), share);
           stream.synchronize();
           // Bitwise where every rank ran the tile the virtual run ran (its table from the row's
           // largest count, then its verdict).
@@ -460,7 +467,7 @@ int run_bench_rank(const MultiGpuBenchOptions& o, RankChannel& ch) {
         }
       }
       ch.phase(where + ": timing");
-      const double ms = time_moe_ms(ranks, stream, o.iters, o.reps, ch);
+      const double ms = time_moe_ms(ranks, share, stream, o.iters, o.reps, ch);
       // Back-to-back calls on unchanged inputs must reproduce the first output exactly.
       if (runtime::first_difference(ranks.output(me), out) >= 0) {
         problems += "rank " + std::to_string(me) + " " + where +

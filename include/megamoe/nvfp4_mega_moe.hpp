@@ -57,9 +57,17 @@ using Nvfp4MoEOutputs = MoEOutputs;
 
 // Runs the fused layer for every rank this process drives (all R with the local provider, one
 // with NCCL). Inputs come from the last mega_moe_pre_dispatch on `buffer`. `weights` has one
-// entry per driven rank, in the order of `outputs`.
+// entry per driven rank, in the order of `outputs`. Ranks may pass different token counts
+// (ragged batches; 0 = an idle rank, which must still call).
+//
+// max_tokens_across_ranks: the largest token count any rank passes in this call, where the
+// caller knows it (data-parallel engines gather their ranks' batch sizes). BLOCK_M then comes
+// from it on every rank instead of from the largest count among `outputs` (0, the default) --
+// with one process per GPU that is the rank's own count, so a rank with few tokens would tile the
+// routes its busy peers send it for its own count. In [that largest count, max_tokens_per_rank].
 void nvfp4_mega_moe(const SymmBuffer& buffer, std::span<const Nvfp4KernelWeights> weights,
-                    std::span<const Nvfp4MoEOutputs> outputs, Stream stream);
+                    std::span<const Nvfp4MoEOutputs> outputs, Stream stream,
+                    std::int64_t max_tokens_across_ranks = 0);
 
 // Diagnostics: the token tile the last call on `buffer` ran where it had a tile choice on the
 // device (get_device_choice_block_m_for_mega_moe), as rank `rank`'s first kernel recorded it; 0

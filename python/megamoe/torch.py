@@ -211,17 +211,18 @@ def _nvfp4_op(buffer_id: int, memory: List[torch.Tensor], w13: List[torch.Tensor
               w13_sf: List[torch.Tensor], w2: List[torch.Tensor], w2_sf: List[torch.Tensor],
               fc1_alpha: List[torch.Tensor], fc2_alpha: List[torch.Tensor],
               fc2_input_scale: List[torch.Tensor], out: List[torch.Tensor],
-              ranks: List[int]) -> None:
+              ranks: List[int], max_tokens_across_ranks: int = 0) -> None:
     buf = _buffer(buffer_id)
     fields = (w13, w13_sf, w2, w2_sf, fc1_alpha, fc2_alpha, fc2_input_scale)
     weights = [dict(zip(_KERNEL_FIELDS, (_arg(f[i]) for f in fields))) for i in range(len(out))]
     _core.nvfp4_mega_moe(buf.core, weights, [_arg(o) for o in out], rank=list(ranks),
-                         stream=_stream(out[0].device))
+                         stream=_stream(out[0].device),
+                         max_tokens_across_ranks=max_tokens_across_ranks)
 
 
 @_nvfp4_op.register_fake
 def _(buffer_id, memory, w13, w13_sf, w2, w2_sf, fc1_alpha, fc2_alpha, fc2_input_scale, out,
-      ranks):
+      ranks, max_tokens_across_ranks=0):
     return None
 
 
@@ -248,16 +249,21 @@ def _ranks(buffer, ranks, single, n):
     return [ranks] if isinstance(ranks, int) else list(ranks)
 
 
-def nvfp4_mega_moe(buffer: SymmBuffer, weights, num_tokens=None, out=None, ranks=None):
+def nvfp4_mega_moe(buffer: SymmBuffer, weights, num_tokens=None, out=None, ranks=None,
+                   max_tokens_across_ranks=None):
     """Runs the NVFP4 layer on the last pre-dispatch. `weights`: the dict of
     transform_weights_for_mega_moe, or a list of them (one per rank in `ranks`, default the
-    driven ranks). Returns out bf16 [T, H] (a list when weights is a list); T = num_tokens."""
+    driven ranks). Returns out bf16 [T, H] (a list when weights is a list); T = num_tokens (an
+    int, or one count per rank: ragged batches, 0 for an idle rank). max_tokens_across_ranks:
+    the largest count any rank passes in this call, where known (one process per GPU: every
+    rank then takes BLOCK_M from it, not from its own count)."""
     single = not isinstance(weights, (list, tuple))
     ws = _weight_lists(weights)
     ranks = _ranks(buffer, ranks, single, len(ws))
     outs = _outputs(buffer, num_tokens, out, len(ws))
     fields = [[w[name] for w in ws] for name in _KERNEL_FIELDS]
-    torch.ops.megamoe.nvfp4_mega_moe(buffer.id, buffer.memory, *fields, outs, list(ranks))
+    torch.ops.megamoe.nvfp4_mega_moe(buffer.id, buffer.memory, *fields, outs, list(ranks),
+                                     int(max_tokens_across_ranks or 0))
     return outs[0] if single else outs
 
 

@@ -119,9 +119,11 @@ void validate_nvfp4_kernel_weights(const MoEConfig& config, const Nvfp4KernelWei
                                    const Nvfp4KernelWeightBytes& bytes, Device device,
                                    std::string_view name = "out");
 // `bytes`: nvfp4_kernel_weight_bytes(config) (passed in so validation stays layout-agnostic).
+// `max_tokens_across_ranks`: 0, or in [the largest count among outputs, max_tokens_per_rank].
 void validate_nvfp4_mega_moe(const BufferFacts& buffer, std::span<const Nvfp4KernelWeights> weights,
                              std::span<const Nvfp4MoEOutputs> outputs,
-                             const Nvfp4KernelWeightBytes& bytes);
+                             const Nvfp4KernelWeightBytes& bytes,
+                             std::int64_t max_tokens_across_ranks = 0);
 
 void validate_fp8_mega_moe(const BufferFacts& buffer, std::span<const Fp8ExpertWeights> weights,
                            std::span<const MoEOutputs> outputs);

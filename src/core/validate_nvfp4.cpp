@@ -1,4 +1,5 @@
 // Validation of the NVFP4 x NVFP4 entry points: weight transform and nvfp4_mega_moe.
+#include <algorithm>
 #include <string>
 
 #include "core/validate.hpp"
@@ -95,13 +96,25 @@ void validate_nvfp4_kernel_weights(const MoEConfig& c, const Nvfp4KernelWeights&
 
 void validate_nvfp4_mega_moe(const BufferFacts& b, std::span<const Nvfp4KernelWeights> weights,
                              std::span<const Nvfp4MoEOutputs> outputs,
-                             const Nvfp4KernelWeightBytes& bytes) {
+                             const Nvfp4KernelWeightBytes& bytes,
+                             std::int64_t max_tokens_across_ranks) {
   const MoEConfig& c = b.plan->config;
   validate_layer_call(b, "nvfp4_mega_moe",
                       c.weight_format == Format::nvfp4 && c.act_format == Format::nvfp4,
                       "nvfp4 x nvfp4", weights.size(), outputs);
   for (std::size_t i = 0; i < weights.size(); ++i) {
     validate_nvfp4_kernel_weights(c, weights[i], bytes, b.device, indexed("weights", i));
+  }
+  if (max_tokens_across_ranks != 0) {
+    std::int64_t largest = 0;
+    for (const Nvfp4MoEOutputs& o : outputs) largest = std::max(largest, o.out.shape[0]);
+    if (max_tokens_across_ranks < largest || max_tokens_across_ranks > c.max_tokens_per_rank) {
+      throw_invalid("max_tokens_across_ranks",
+                    "must be 0 (not known) or in [the largest token count among outputs = " +
+                        std::to_string(largest) +
+                        ", max_tokens_per_rank = " + std::to_string(c.max_tokens_per_rank) + "]",
+                    std::to_string(max_tokens_across_ranks));
+    }
   }
 }
 

@@ -245,9 +245,10 @@ void EpNvfp4Ranks::pre_dispatch(megamoe::Stream stream) {
   mega_moe_pre_dispatch(buffer_, pd_, stream);
 }
 
-void EpNvfp4Ranks::moe(megamoe::Stream stream) {
+void EpNvfp4Ranks::moe(megamoe::Stream stream, bool share_largest) {
   if (rank_tokens_.empty()) throw_invalid("tokens", "set_tokens must run before moe");
-  nvfp4_mega_moe(buffer_, weight_views_, outputs_, stream);
+  const std::int64_t largest = *std::max_element(rank_tokens_.begin(), rank_tokens_.end());
+  nvfp4_mega_moe(buffer_, weight_views_, outputs_, stream, share_largest ? largest : 0);
 }
 
 std::vector<std::uint16_t> EpNvfp4Ranks::output(int rank) const {

@@ -56,7 +56,9 @@ class EpNvfp4Ranks {
   // one process per GPU the kernel's entry barrier orders every rank's pre-dispatch before any
   // rank's phase 0 (docs/multi_gpu.md, "Start of a call").
   void pre_dispatch(megamoe::Stream stream);
-  void moe(megamoe::Stream stream);
+  // share_largest: pass the largest count of the last set_rank_tokens as
+  // max_tokens_across_ranks (every rank's BLOCK_M from it); else each process's own outputs.
+  void moe(megamoe::Stream stream, bool share_largest = false);
 
   // bf16 bits [T, H] of driven rank `rank` (synchronous copy).
   std::vector<std::uint16_t> output(int rank) const;

@@ -108,11 +108,12 @@ CUfunction kernel_for(const MoEConfig& c, int block_m) {
 }  // namespace
 
 void nvfp4_mega_moe(const SymmBuffer& buffer, std::span<const Nvfp4KernelWeights> weights,
-                    std::span<const Nvfp4MoEOutputs> outputs, Stream stream) {
+                    std::span<const Nvfp4MoEOutputs> outputs, Stream stream,
+                    std::int64_t max_tokens_across_ranks) {
   const Device device = cuda::current_gpu();
   const MoEConfig& c = buffer.plan.config;
   validate::validate_nvfp4_mega_moe(validate::buffer_facts(buffer, device), weights, outputs,
-                                    nvfp4_kernel_weight_bytes(c));
+                                    nvfp4_kernel_weight_bytes(c), max_tokens_across_ranks);
   if (c.num_ranks > kMaxRanks) throw Unsupported("nvfp4_mega_moe: at most 8 ranks");
 
   // The driven ranks must be contiguous (all R for `local`, one for NCCL).
@@ -124,14 +125,17 @@ void nvfp4_mega_moe(const SymmBuffer& buffer, std::span<const Nvfp4KernelWeights
     }
   }
 
-  std::int64_t tokens = 1;
+  // The count the BLOCK_M table reads. Without the caller's max_tokens_across_ranks, ranks in
+  // other processes whose counts differ (ragged batches) may get other tables, hence other
+  // kernels: each still passes every cross-rank barrier of a call once, in whichever of its
+  // kernels runs the call (docs/nvfp4_kernel.md, "Tile choice on the device"), and the pools
+  // hold any table's tiles (docs/api.md, "Ragged batches").
+  std::int64_t tokens = std::max<std::int64_t>(1, max_tokens_across_ranks);
   for (const Nvfp4MoEOutputs& o : outputs) tokens = std::max(tokens, o.out.size(0));
   const int block_m = get_block_m_for_mega_moe(c, tokens);
   check_pools_fit(buffer.plan, tokens, block_m);
   // Tile choice on the device (two kernels, the second the wide one). Ranks in other processes
-  // reach the same verdict; were their token counts to give them different tables, each still
-  // passes every cross-rank barrier of a call once, in whichever of its kernels runs the call
-  // (docs/nvfp4_kernel.md, "Tile choice on the device").
+  // reach the same verdict from the same table.
   const std::optional<int> alt = get_device_choice_block_m_for_mega_moe(c, tokens);
   if (alt && (!buffer.plan.has("token_f16") ||
               worst_case_pool_rows(c, tokens, *alt) > buffer.plan.pool_rows)) {

@@ -73,8 +73,9 @@ struct Call {
       outputs.push_back(o);
     }
   }
-  void run() const {
-    validate::validate_nvfp4_mega_moe(buffer_facts(buffer, kGpu0), weights, outputs, kBytes);
+  void run(std::int64_t max_tokens_across_ranks = 0) const {
+    validate::validate_nvfp4_mega_moe(buffer_facts(buffer, kGpu0), weights, outputs, kBytes,
+                                      max_tokens_across_ranks);
   }
 };
 
@@ -229,6 +230,21 @@ TEST(ValidationNvfp4, OutputShape) {
   Call e;
   e.outputs[1].out.dtype = DType::f32;
   EXPECT_INVALID(e.run(), "outputs[1].out", "dtype must be bf16");
+}
+
+// Ragged batches: the largest count of any rank, where the caller knows it, from the largest
+// count among this call's outputs up to max_tokens_per_rank; 0 means not known.
+TEST(ValidationNvfp4, MaxTokensAcrossRanks) {
+  Call c;
+  c.outputs[0].out = c.alloc.tensor(DType::bf16, {0, 768});  // an idle rank
+  c.outputs[1].out = c.alloc.tensor(DType::bf16, {9, 768});
+  for (std::int64_t ok : {0, 9, 10, 32}) EXPECT_NO_THROW(c.run(ok)) << ok;
+  const char* rule =
+      "must be 0 (not known) or in [the largest token count among outputs = 9, "
+      "max_tokens_per_rank = 32]";
+  for (std::int64_t bad : {-1, 1, 8, 33}) {
+    EXPECT_INVALID(c.run(bad), "max_tokens_across_ranks", rule);
+  }
 }
 
 }  // namespace

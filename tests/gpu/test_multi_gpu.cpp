@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -197,7 +198,9 @@ TEST_F(MultiGpu, AcrossGpusTileChoiceBitwiseEqualToVirtualRanks) {
 // call: the ranks meet only at the cross-rank barriers), both ranks idle. Every output is complete
 // and repeatable, each rank's verdict matches the host's rule, and every rank's output equals the
 // virtual ranks' (whose table comes from the row's largest count): bitwise where every rank ran
-// the virtual run's tile, else within the oracle gates.
+// the virtual run's tile, else within the oracle gates. Each row with tokens runs again with its
+// largest count passed as max_tokens_across_ranks ("(max N)"): one table on every rank, bitwise
+// equal to the virtual ranks.
 TEST_F(MultiGpu, AcrossGpusRaggedTokenCounts) {
   if (!have_two_gpus()) GTEST_SKIP() << "needs >= 2 GPUs, found " << gpus_;
   MoEConfig c;
@@ -210,10 +213,21 @@ TEST_F(MultiGpu, AcrossGpusRaggedTokenCounts) {
       "bench --ranks 2 --preset dsv4-flash --rank-tokens 0/37,1/512,512/0,0/0,5/3 "
       "--check-virtual --iters 2 --reps 3");
   EXPECT_EQ(r.status, 0) << r.output;
-  EXPECT_EQ(count_of(r.output, "bitwise equal") + count_of(r.output, "within the gates"), 5)
+  EXPECT_EQ(count_of(r.output, "bitwise equal") + count_of(r.output, "within the gates"), 9)
       << r.output;
   EXPECT_EQ(count_of(r.output, "DIFFERS"), 0) << r.output;
   EXPECT_EQ(count_of(r.output, "FAILED"), 0) << r.output;
+  int shared = 0;
+  for (std::size_t at = r.output.find("(max "); at != std::string::npos;
+       at = r.output.find("(max ", at + 1)) {
+    if (!std::isdigit(static_cast<unsigned char>(r.output[at + 5]))) continue;  // a heading
+    const std::size_t end = r.output.find('\n', at);
+    EXPECT_NE(r.output.substr(at, end - at).find("bitwise equal"), std::string::npos)
+        << "a row with max_tokens_across_ranks must equal the virtual ranks bitwise: "
+        << r.output.substr(at, end - at);
+    ++shared;
+  }
+  EXPECT_EQ(shared, 4) << r.output;
 }
 
 TEST_F(MultiGpu, AMissingRankTimesOutNamingRankAndPhase) {

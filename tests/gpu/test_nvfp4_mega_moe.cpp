@@ -56,6 +56,7 @@ struct Case {
   // Ragged batches: each rank's own count (0 = an idle rank that still joins the call); empty:
   // `tokens` on every rank.
   std::vector<std::int64_t> rank_tokens;
+  std::int64_t max_tokens_across_ranks = 0;  // passed to nvfp4_mega_moe (0: not given)
   std::int64_t t_max = 512;
   Routing routing = Routing::uniform;
   bool swizzled = false;
@@ -78,9 +79,10 @@ std::int64_t total_tokens(const Case& c) {
   return first_token_of(c, c.ranks);
 }
 
-// The largest count of any rank: what nvfp4_mega_moe takes its BLOCK_M from (at least 1).
+// The largest count of any rank, or the larger max_tokens_across_ranks: what nvfp4_mega_moe
+// takes its BLOCK_M from (at least 1).
 std::int64_t largest_tokens(const Case& c) {
-  std::int64_t t = 1;
+  std::int64_t t = std::max<std::int64_t>(1, c.max_tokens_across_ranks);
   for (int r = 0; r < c.ranks; ++r) t = std::max(t, tokens_of(c, r));
   return t;
 }
@@ -96,7 +98,8 @@ std::string describe_case(const Case& c) {
          " E=" + std::to_string(c.experts) + " K=" + std::to_string(c.top_k) +
          " R=" + std::to_string(c.ranks) + " T=" + tokens + " " + r[static_cast<int>(c.routing)] +
          (c.swizzled ? " swizzled-sf" : "") + (c.clamp > 0 ? " clamp" : "") +
-         (c.fp8_combine ? " fp8-combine" : "");
+         (c.fp8_combine ? " fp8-combine" : "") +
+         (c.max_tokens_across_ranks > 0 ? " max=" + std::to_string(c.max_tokens_across_ranks) : "");
 }
 
 MoEConfig config_of(const Case& c) {
@@ -332,12 +335,14 @@ struct Harness : LayerIo {
     }
   }
 
-  void run(CUstream on) { nvfp4_mega_moe(buffer, weight_views, outputs, on); }
+  void run(CUstream on) {
+    nvfp4_mega_moe(buffer, weight_views, outputs, on, c.max_tokens_across_ranks);
+  }
 
   Result poisoned_run() {
     poison();
     dispatch();
-    nvfp4_mega_moe(buffer, weight_views, outputs, stream.get());
+    run(stream.get());
     cuda::check(cuda::driver().cuStreamSynchronize(stream.get()), "after nvfp4_mega_moe");
     return fetch();
   }
@@ -573,6 +578,13 @@ TEST_F(Nvfp4MegaMoe, RaggedTokenCountsAndIdleRanks) {
   wide_rows.ranks = 2;
   wide_rows.rank_tokens = {1, 40};
   run_case(wide_rows);
+  // max_tokens_across_ranks above every count here (as a rank with one process per GPU passes
+  // its peers' largest): BLOCK_M from it.
+  Case shared = ragged(2, 8, {1, 3}, Routing::masked);
+  shared.max_tokens_across_ranks = 512;
+  ASSERT_NE(get_block_m_for_mega_moe(config_of(shared), 3),
+            get_block_m_for_mega_moe(config_of(shared), 512));
+  run_case(shared);
 }
 
 // A call in which every rank is idle completes (each rank still passes the call's barriers) and

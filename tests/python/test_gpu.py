@@ -223,6 +223,11 @@ def test_ragged_token_counts_and_idle_ranks_match_the_oracle():
     want = ref.moe_forward(c, x, idx, w, layer.weights, fc2_input_scale=layer.fc2_scale,
                            rank_tokens=np.array(counts, dtype=np.int64))["out"]
     assert_close_to_oracle(torch.cat(outs), want)
+    # The largest count given: the same BLOCK_M (all ranks in this process); below it: refused.
+    again = mt.nvfp4_mega_moe(buf, layer.kernel, num_tokens=counts, max_tokens_across_ranks=40)
+    assert all(torch.equal(a, b) for a, b in zip(outs, again))
+    with pytest.raises(megamoe.InvalidArgument, match="max_tokens_across_ranks"):
+        mt.nvfp4_mega_moe(buf, layer.kernel, num_tokens=counts, max_tokens_across_ranks=39)
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")

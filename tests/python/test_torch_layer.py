@@ -28,6 +28,9 @@ def test_fake_implementations_trace_without_running():
         lists = [[torch.empty(8, dtype=torch.uint8)] for _ in range(4)]
         floats = [[torch.empty(2)] for _ in range(3)]
         assert torch.ops.megamoe.nvfp4_mega_moe(12345, memory, *lists, *floats, out, [0]) is None
+        # max_tokens_across_ranks (ragged batches across processes)
+        assert torch.ops.megamoe.nvfp4_mega_moe(12345, memory, *lists, *floats, out, [0],
+                                                64) is None
 
 
 def test_unknown_buffer_id_is_invalid_argument():

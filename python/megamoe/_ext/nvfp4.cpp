@@ -41,7 +41,7 @@ Nvfp4KernelWeights kernel_weights_of(nb::handle w, bool writable) {
 }
 
 void run_nvfp4(const SymmBuffer& buffer, nb::handle weights, nb::handle out, nb::handle rank,
-               nb::handle stream) {
+               nb::handle stream, std::int64_t max_tokens_across_ranks) {
   const std::size_t n = is_sequence(out) ? nb::len(out) : 1;
   const auto outs = per_rank(out, n, "out");
   if (n > 1 && !is_sequence(weights)) {
@@ -58,7 +58,7 @@ void run_nvfp4(const SymmBuffer& buffer, nb::handle weights, nb::handle out, nb:
   }
   void* s = stream_arg(stream);
   nb::gil_scoped_release release;
-  nvfp4_mega_moe(buffer, w, o, s);
+  nvfp4_mega_moe(buffer, w, o, s, max_tokens_across_ranks);
 }
 
 }  // namespace
@@ -104,8 +104,10 @@ void register_nvfp4(nb::module_& m) {
       nb::arg("stream") = nb::none());
   m.def("nvfp4_mega_moe", &run_nvfp4, nb::arg("buffer"), nb::arg("weights"), nb::arg("out"),
         nb::kw_only(), nb::arg("rank") = nb::none(), nb::arg("stream") = nb::none(),
+        nb::arg("max_tokens_across_ranks") = 0,
         "Runs the fused layer on the last pre-dispatch: out bf16 [T, H] (or lists, one per "
-        "driven rank, with weights a list of kernel weight sets)");
+        "driven rank, with weights a list of kernel weight sets); max_tokens_across_ranks: the "
+        "largest token count of any rank in this call where known (0: not known)");
 }
 
 }  // namespace megamoe::python
