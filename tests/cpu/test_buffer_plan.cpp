@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -240,6 +241,55 @@ TEST(BufferPlan, PoolRowsEqualBruteForceWorstCase) {
       want = std::max(want, rows);
     }
     EXPECT_EQ(plan_symm_buffer(c).pool_rows, want);
+  }
+}
+
+// Ragged batches (docs/api.md §1): a rank's BLOCK_M comes from its own count t (or the tile
+// choice's alternative at t), while its peers may send the routes of up to T_max tokens each. The
+// plan must hold those tiles too: the worst padded rows of T_max tokens per rank at any tile a
+// count t can pick, by the brute force above on small configurations, and by the closed form on the
+// presets.
+TEST(BufferPlan, PoolsHoldRaggedBatches) {
+  test::Seeded s;
+  const auto tiles_at = [](const MoEConfig& c, std::int64_t t) {
+    std::vector<int> bms = {get_block_m_for_mega_moe(c, t)};
+    if (const std::optional<int> alt = get_device_choice_block_m_for_mega_moe(c, t)) {
+      bms.push_back(*alt);
+    }
+    return bms;
+  };
+  for (int iter = 0; iter < 40; ++iter) {
+    MoEConfig c;
+    c.shape.hidden = 256;
+    c.shape.intermediate = 256;
+    c.num_ranks = 1 << s.uniform(1, 3);
+    c.shape.num_experts = c.num_ranks * s.uniform(1, 6);
+    c.shape.top_k = static_cast<int>(s.uniform(1, std::min<std::int64_t>(c.shape.num_experts, 8)));
+    c.max_tokens_per_rank = s.uniform(1, 40);
+    SCOPED_TRACE(describe(c));
+    const std::int64_t pool = plan_symm_buffer(c).pool_rows;
+    const std::int64_t e_local = c.experts_per_rank();
+    const std::int64_t cap = c.num_ranks * c.max_tokens_per_rank;
+    const std::int64_t budget = cap * std::min<std::int64_t>(c.shape.top_k, e_local);
+    for (std::int64_t t = 1; t <= c.max_tokens_per_rank; ++t) {
+      for (const int bm : tiles_at(c, t)) {
+        EXPECT_LE(brute_force_rows(e_local, cap, budget, bm), pool) << "t=" << t << " bm=" << bm;
+      }
+    }
+  }
+  for (const char* preset : {"dsv4-flash", "h6144-e256-k8", "dsv3"}) {
+    for (int ranks : {2, 4, 8}) {
+      for (std::int64_t t_max : {8, 128, 512, 4096}) {
+        const MoEConfig c = test::preset_config(preset, ranks, t_max);
+        SCOPED_TRACE(describe(c));
+        const std::int64_t pool = plan_symm_buffer(c).pool_rows;
+        for (std::int64_t t : block_m_regime_ends(c)) {
+          for (const int bm : tiles_at(c, t)) {
+            EXPECT_LE(worst_case_pool_rows(c, t_max, bm), pool) << "t=" << t << " bm=" << bm;
+          }
+        }
+      }
+    }
   }
 }
 
