@@ -64,7 +64,8 @@ using Nvfp4MoEOutputs = MoEOutputs;
 // caller knows it (data-parallel engines gather their ranks' batch sizes). BLOCK_M then comes
 // from it on every rank instead of from the largest count among `outputs` (0, the default) --
 // with one process per GPU that is the rank's own count, so a rank with few tokens would tile the
-// routes its busy peers send it for its own count. In [that largest count, max_tokens_per_rank].
+// routes its busy peers send it for its own count. In [that largest count, max_tokens_per_rank];
+// every rank passes the same value (then each runs the tiles R virtual ranks would, bit for bit).
 void nvfp4_mega_moe(const SymmBuffer& buffer, std::span<const Nvfp4KernelWeights> weights,
                     std::span<const Nvfp4MoEOutputs> outputs, Stream stream,
                     std::int64_t max_tokens_across_ranks = 0);
