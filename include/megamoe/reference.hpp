@@ -132,6 +132,11 @@ std::vector<float> random_bf16(std::int64_t rows, std::int64_t cols, float stdde
 // x and routing for num_ranks * tokens_per_rank tokens.
 MoEInputs random_inputs(const MoEConfig& config, std::int64_t tokens_per_rank,
                         const RoutingOptions& routing, std::uint64_t seed);
+// Ragged batches from inputs of `tokens_per_rank` tokens on every rank (random_inputs): rank r
+// keeps its first counts[r] tokens (0 = an idle rank); rank_tokens = counts.
+MoEInputs first_tokens_of_each_rank(const MoEConfig& config, const MoEInputs& inputs,
+                                    std::int64_t tokens_per_rank,
+                                    std::span<const std::int64_t> counts);
 // The routing of `inputs` as one JSON object, the exchange format of the PyTorch baseline
 // (bench/torch_baseline.py): {"tokens": N, "top_k": K, "topk_idx": [N K ints, -1 = masked],
 // "topk_weights": [N K floats]}. Floats are written with 9 significant digits, so they read

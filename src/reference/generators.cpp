@@ -295,6 +295,40 @@ MoEInputs random_inputs(const MoEConfig& config, std::int64_t tokens_per_rank,
   return in;
 }
 
+MoEInputs first_tokens_of_each_rank(const MoEConfig& config, const MoEInputs& inputs,
+                                    std::int64_t tokens_per_rank,
+                                    std::span<const std::int64_t> counts) {
+  const std::int64_t h = config.shape.hidden, k = config.shape.top_k, per = tokens_per_rank;
+  if (static_cast<std::int64_t>(counts.size()) != config.num_ranks) {
+    throw_invalid("counts",
+                  "must have one entry per rank (" + std::to_string(config.num_ranks) + ")",
+                  std::to_string(counts.size()) + " entries");
+  }
+  if (static_cast<std::int64_t>(inputs.x.size()) != config.num_ranks * per * h ||
+      static_cast<std::int64_t>(inputs.topk_idx.size()) != config.num_ranks * per * k ||
+      inputs.topk_weights.size() != inputs.topk_idx.size()) {
+    throw_invalid("inputs",
+                  "must hold tokens_per_rank = " + std::to_string(per) + " tokens of every rank");
+  }
+  MoEInputs out;
+  for (std::int64_t r = 0; r < config.num_ranks; ++r) {
+    const std::int64_t t = counts[static_cast<std::size_t>(r)], from = r * per;
+    if (t < 0 || t > per) {
+      throw_invalid("counts",
+                    "entries must be in [0, tokens_per_rank = " + std::to_string(per) + "]",
+                    std::to_string(t));
+    }
+    auto keep = [&](const auto& src, auto& dst, std::int64_t width) {
+      dst.insert(dst.end(), src.begin() + from * width, src.begin() + (from + t) * width);
+    };
+    keep(inputs.x, out.x, h);
+    keep(inputs.topk_idx, out.topk_idx, k);
+    keep(inputs.topk_weights, out.topk_weights, k);
+    out.rank_tokens.push_back(t);
+  }
+  return out;
+}
+
 QuantizedMatrix quantize_matrix(Format format, Fp8ScaleKind fp8_scale, std::int64_t experts,
                                 std::int64_t rows, std::int64_t cols, std::span<const float> w) {
   if (experts < 1 || rows < 1 || cols < 1) {

@@ -158,18 +158,9 @@ void EpNvfp4Ranks::set_rank_tokens(const std::vector<std::int64_t>& counts) {
                              (uniform ? 0 : mix * 0x9E3779B97F4A7C15ull);
   const reference::MoEInputs full =
       reference::random_inputs(c, std::max<std::int64_t>(largest, 1), setup_.routing, seed);
-  const std::int64_t h = c.shape.hidden, k = c.shape.top_k,
-                     per = std::max<std::int64_t>(largest, 1);
-  inputs_ = reference::MoEInputs{};
-  for (int r = 0; r < c.num_ranks; ++r) {
-    const std::int64_t t = counts[static_cast<std::size_t>(r)], from = r * per;
-    inputs_.x.insert(inputs_.x.end(), full.x.begin() + from * h, full.x.begin() + (from + t) * h);
-    inputs_.topk_idx.insert(inputs_.topk_idx.end(), full.topk_idx.begin() + from * k,
-                            full.topk_idx.begin() + (from + t) * k);
-    inputs_.topk_weights.insert(inputs_.topk_weights.end(), full.topk_weights.begin() + from * k,
-                                full.topk_weights.begin() + (from + t) * k);
-    inputs_.rank_tokens.push_back(t);
-  }
+  const std::int64_t h = c.shape.hidden, k = c.shape.top_k;
+  inputs_ =
+      reference::first_tokens_of_each_rank(c, full, std::max<std::int64_t>(largest, 1), counts);
   rank_tokens_ = counts;
   pd_.clear();
   outputs_.clear();

@@ -219,16 +219,23 @@ std::int64_t brute_force_rows(std::int64_t experts, std::int64_t cap, std::int64
   return best.back();
 }
 
+// A configuration small enough for brute_force_rows: 2^[min_log_ranks, 3] ranks, 1..6 experts a
+// rank, top-k up to 8, T_max up to 40.
+MoEConfig small_random_config(test::Seeded& s, int min_log_ranks, std::int64_t intermediate) {
+  MoEConfig c;
+  c.shape.hidden = 256;
+  c.shape.intermediate = intermediate;
+  c.num_ranks = 1 << s.uniform(min_log_ranks, 3);
+  c.shape.num_experts = c.num_ranks * s.uniform(1, 6);
+  c.shape.top_k = static_cast<int>(s.uniform(1, std::min<std::int64_t>(c.shape.num_experts, 8)));
+  c.max_tokens_per_rank = s.uniform(1, 40);
+  return c;
+}
+
 TEST(BufferPlan, PoolRowsEqualBruteForceWorstCase) {
   test::Seeded s;
   for (int iter = 0; iter < 60; ++iter) {
-    MoEConfig c;
-    c.shape.hidden = 256;
-    c.shape.intermediate = 128;
-    c.num_ranks = 1 << s.uniform(0, 3);
-    c.shape.num_experts = c.num_ranks * s.uniform(1, 6);
-    c.shape.top_k = static_cast<int>(s.uniform(1, std::min<std::int64_t>(c.shape.num_experts, 8)));
-    c.max_tokens_per_rank = s.uniform(1, 40);
+    const MoEConfig c = small_random_config(s, 0, 128);
     SCOPED_TRACE(describe(c));
     const std::int64_t e_local = c.experts_per_rank();
     std::int64_t want = 0;
@@ -259,13 +266,7 @@ TEST(BufferPlan, PoolsHoldRaggedBatches) {
     return bms;
   };
   for (int iter = 0; iter < 40; ++iter) {
-    MoEConfig c;
-    c.shape.hidden = 256;
-    c.shape.intermediate = 256;
-    c.num_ranks = 1 << s.uniform(1, 3);
-    c.shape.num_experts = c.num_ranks * s.uniform(1, 6);
-    c.shape.top_k = static_cast<int>(s.uniform(1, std::min<std::int64_t>(c.shape.num_experts, 8)));
-    c.max_tokens_per_rank = s.uniform(1, 40);
+    const MoEConfig c = small_random_config(s, 1, 256);
     SCOPED_TRACE(describe(c));
     const std::int64_t pool = plan_symm_buffer(c).pool_rows;
     const std::int64_t e_local = c.experts_per_rank();

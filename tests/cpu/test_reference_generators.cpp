@@ -140,6 +140,39 @@ TEST(ReferenceGenerators, RejectsBadOptions) {
   EXPECT_THROW(random_routing(c, 4, {}, 1, in), InvalidArgument);
 }
 
+// Ragged batches: rank r keeps its first counts[r] tokens of the uniform draw, in rank order, and
+// the oracle sees every rank's count.
+TEST(ReferenceGenerators, FirstTokensOfEachRank) {
+  const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  MoEConfig c = config(Format::nvfp4);
+  c.num_ranks = 4;
+  const std::int64_t per = 9, h = c.shape.hidden, k = c.shape.top_k;
+  const MoEInputs full = random_inputs(c, per, {}, seed);
+  const std::vector<std::int64_t> counts = {0, 9, 1, 4};
+  const MoEInputs got = first_tokens_of_each_rank(c, full, per, counts);
+  EXPECT_EQ(got.rank_tokens, counts);
+  ASSERT_EQ(got.x.size(), static_cast<std::size_t>(14 * h));
+  ASSERT_EQ(got.topk_idx.size(), static_cast<std::size_t>(14 * k));
+  std::int64_t row = 0;
+  for (std::int64_t r = 0; r < c.num_ranks; ++r) {
+    for (std::int64_t t = 0; t < counts[static_cast<std::size_t>(r)]; ++t, ++row) {
+      const std::int64_t src = r * per + t;
+      EXPECT_TRUE(std::equal(got.x.begin() + row * h, got.x.begin() + (row + 1) * h,
+                             full.x.begin() + src * h));
+      EXPECT_TRUE(std::equal(got.topk_idx.begin() + row * k, got.topk_idx.begin() + (row + 1) * k,
+                             full.topk_idx.begin() + src * k));
+      EXPECT_EQ(got.topk_weights[static_cast<std::size_t>(row * k)],
+                full.topk_weights[static_cast<std::size_t>(src * k)]);
+    }
+  }
+  EXPECT_THROW(first_tokens_of_each_rank(c, full, per, std::vector<std::int64_t>{1, 2}),
+               InvalidArgument);
+  EXPECT_THROW(first_tokens_of_each_rank(c, full, per, std::vector<std::int64_t>{0, 10, 0, 0}),
+               InvalidArgument);
+  EXPECT_THROW(first_tokens_of_each_rank(c, full, per + 1, counts), InvalidArgument);
+}
+
 // The numbers of a JSON array "key": [ ... ] in `json`, as doubles.
 std::vector<double> json_array(const std::string& json, const std::string& key) {
   const std::size_t at = json.find("\"" + key + "\": [");

@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <random>
@@ -276,7 +277,9 @@ struct Harness : LayerIo {
     apply_routing(c, cfg, seed + 7, inputs);
     const reference::QuantizedWeights w = reference::random_weights(cfg, seed + 1);
     const std::vector<float> fc2s = reference::calibrate_fc2_input_scales(cfg, inputs, w);
-    if (!c.rank_tokens.empty()) inputs = ragged(inputs);
+    if (!c.rank_tokens.empty()) {
+      inputs = reference::first_tokens_of_each_rank(cfg, inputs, largest_tokens(c), c.rank_tokens);
+    }
     reference::ForwardOptions fo;
     fo.fc2_input_scale = fc2s;
     if (total_tokens(c) > 0) ref = reference::moe_forward(cfg, inputs, w, fo).out;
@@ -287,22 +290,6 @@ struct Harness : LayerIo {
       weight_views.push_back(weights[static_cast<std::size_t>(r)].kernel->view);
     }
     static_cast<LayerIo&>(*this) = upload_layer_io(c, inputs);
-  }
-
-  // Each rank's first tokens_of(c, r) of a draw of largest_tokens per rank.
-  reference::MoEInputs ragged(const reference::MoEInputs& full) const {
-    const std::int64_t h = c.hidden, k = c.top_k, per = largest_tokens(c);
-    reference::MoEInputs out;
-    for (int r = 0; r < c.ranks; ++r) {
-      const std::int64_t t = tokens_of(c, r), from = r * per;
-      out.x.insert(out.x.end(), full.x.begin() + from * h, full.x.begin() + (from + t) * h);
-      out.topk_idx.insert(out.topk_idx.end(), full.topk_idx.begin() + from * k,
-                          full.topk_idx.begin() + (from + t) * k);
-      out.topk_weights.insert(out.topk_weights.end(), full.topk_weights.begin() + from * k,
-                              full.topk_weights.begin() + (from + t) * k);
-      out.rank_tokens.push_back(t);
-    }
-    return out;
   }
 
   bool library_dispatch = false;  // run mega_moe_pre_dispatch instead of the host image
@@ -437,7 +424,10 @@ std::string forced_version_refuses(const Case& c) {
   return {};
 }
 
-void run_case(const Case& c, bool library_dispatch = false) {
+// The case against the oracle, then again bitwise; `then(hs, first)` runs further checks on the
+// same harness.
+void run_case(const Case& c, bool library_dispatch = false,
+              const std::function<void(Harness&, const Result&)>& then = {}) {
   if (!case_selected(c)) return;
   if (const std::string why = forced_version_refuses(c); !why.empty()) GTEST_SKIP() << why;
   const std::uint64_t seed = case_seed();
@@ -448,6 +438,7 @@ void run_case(const Case& c, bool library_dispatch = false) {
   std::printf("  %s seed %llu\n", hs.check(first).c_str(), static_cast<unsigned long long>(seed));
   const Result second = hs.poisoned_run();
   EXPECT_EQ(first.out, second.out) << "not bitwise repeatable: " << describe_case(c);
+  if (then) then(hs, first);
 }
 
 TEST_F(Nvfp4MegaMoe, SingleRankTokenCountsAroundBlockM) {
@@ -595,25 +586,18 @@ TEST_F(Nvfp4MegaMoe, CallWithEveryRankIdle) {
   c.top_k = 8;
   c.rank_tokens = {5, 40, 0, 17};
   c.routing = Routing::masked;
-  if (!case_selected(c)) return;
-  const std::uint64_t seed = case_seed();
-  SCOPED_TRACE(describe_case(c) + " seed " + std::to_string(seed));
-  Harness hs(c, seed);
-  hs.library_dispatch = true;
-  const Result before = hs.poisoned_run();
-  std::printf("  %s seed %llu\n", hs.check(before).c_str(), static_cast<unsigned long long>(seed));
-
-  Case idle = c;
-  idle.rank_tokens.assign(4, 0);
-  LayerIo none = upload_layer_io(idle, reference::MoEInputs{});
-  none.poison();
-  mega_moe_pre_dispatch(hs.buffer, none.pd, hs.stream.get());
-  nvfp4_mega_moe(hs.buffer, hs.weight_views, none.outputs, hs.stream.get());
-  hs.stream.synchronize();
-  for (const auto& rows : download_outputs(none)) EXPECT_TRUE(rows.empty());
-
-  EXPECT_EQ(hs.poisoned_run().out, before.out) << "the call after the idle one differs";
-  std::printf("  every rank idle: completed; the next call bitwise equal to the one before\n");
+  run_case(c, /*library_dispatch=*/true, [&](Harness& hs, const Result& before) {
+    Case idle = c;
+    idle.rank_tokens.assign(4, 0);
+    LayerIo none = upload_layer_io(idle, reference::MoEInputs{});
+    none.poison();
+    mega_moe_pre_dispatch(hs.buffer, none.pd, hs.stream.get());
+    nvfp4_mega_moe(hs.buffer, hs.weight_views, none.outputs, hs.stream.get());
+    hs.stream.synchronize();
+    for (const auto& rows : download_outputs(none)) EXPECT_TRUE(rows.empty());
+    EXPECT_EQ(hs.poisoned_run().out, before.out) << "the call after the idle one differs";
+    std::printf("  every rank idle: completed; the next call bitwise equal to the one before\n");
+  });
 }
 
 // Stages of two blocks per consumer warp (the default when H / 128 and I / 128 divide by twice
