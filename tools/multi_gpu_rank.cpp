@@ -29,6 +29,7 @@
 #include "runtime/device_select.hpp"
 #include "runtime/ep_nvfp4_ranks.hpp"
 #include "runtime/nccl_library.hpp"
+#include "runtime/nvfp4_mega_moe_kernels.hpp"
 
 namespace megamoe::tool {
 namespace {
@@ -310,10 +311,10 @@ double nvlink_payload_bytes(std::int64_t hidden, std::int64_t remote_in, bool fp
 
 double nvlink_kernel_bytes_model(std::int64_t hidden, std::int64_t inter, int top_k, int ranks,
                                  std::int64_t tokens, int ctas, std::int64_t remote_in,
-                                 bool fp8_combine) {
+                                 bool fp8_combine, bool wide_kernel) {
   const double rows = static_cast<double>(remote_in);
-  const double fc1_reads =
-      rows * static_cast<double>(inter / 32) * static_cast<double>(hidden / 2 + hidden / 16);
+  const double reads_per_row = wide_kernel ? 1.0 : static_cast<double>(inter / 32);
+  const double fc1_reads = rows * reads_per_row * static_cast<double>(hidden / 2 + hidden / 16);
   const double route_meta = rows * 8.0;
   const double combine = rows * static_cast<double>(combine_row_bytes(hidden, fp8_combine));
   const double phase0 =
@@ -491,9 +492,13 @@ int run_bench_rank(const MultiGpuBenchOptions& o, RankChannel& ch) {
       }
       const std::int64_t rin = *std::max_element(rc.remote_in.begin(), rc.remote_in.end());
       const double payload = nvlink_payload_bytes(c.shape.hidden, rin, c.fp8_combine);
+      // The wide kernel's reads where every rank ran it, else the pipelined kernel's re-reads.
+      const bool all_wide = std::all_of(ran.begin(), ran.end(), [&](const std::string& r) {
+        return runtime::nvfp4_kernel_version(c, std::stoi(r)) == runtime::Nvfp4KernelVersion::wide;
+      });
       const double kernel =
           nvlink_kernel_bytes_model(c.shape.hidden, c.shape.intermediate, c.shape.top_k, R, T_row,
-                                    get_num_sms(), rin, c.fp8_combine);
+                                    get_num_sms(), rin, c.fp8_combine, all_wide);
       const double s = slowest * 1e-3;
       // "8", or with a choice on the device "8 / 32 (ran 32, 8)": the table's tile, the
       // alternative and what each rank ran. Ranks whose counts give different tables (ragged

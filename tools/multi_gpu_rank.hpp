@@ -43,10 +43,12 @@ int run_bench_rank(const MultiGpuBenchOptions& options, runtime::RankChannel& ch
 // payload = x row (H/2) + its UE4M3 scales (H/16) + global scale and route weight (8) pulled,
 // plus the result row pushed back: bf16 (2H), or with FP8 slots e4m3 (H) and an f32 scale per 128.
 double nvlink_payload_bytes(std::int64_t hidden, std::int64_t remote_in, bool fp8_combine);
-// The current kernel's NVLink traffic, modelled: FC1 re-reads each remote token row once per
-// 32-column tile (I/32 times), phase 0 of every CTA scans every peer's topk_idx.
+// The kernels' NVLink traffic, modelled: the pipelined kernel's FC1 re-reads each remote token
+// row once per 32-column unit (I/32 times), the wide kernel reads it once (its token-decode
+// phase); the route metadata, the pushed result rows, and phase 0 of every CTA scanning every
+// peer's topk_idx.
 double nvlink_kernel_bytes_model(std::int64_t hidden, std::int64_t inter, int top_k, int ranks,
                                  std::int64_t tokens, int ctas, std::int64_t remote_in,
-                                 bool fp8_combine);
+                                 bool fp8_combine, bool wide_kernel);
 
 }  // namespace megamoe::tool
