@@ -179,11 +179,13 @@ struct Result {
   std::vector<std::vector<std::uint16_t>> out;  // per rank [T, H]
 };
 
-// Where a test compares the pipelined and wide kernels bitwise: they sum K in different orders,
-// so equal bits also need the inputs' f32 sums to be exact in any order.
+// Where a test compares the pipelined and wide kernels bitwise: they sum K in different orders, so
+// their f32 results may differ in the last bits, which on rare elements reach an output rounding
+// (one element of 98 304 on the bench's inputs, bench/NOTES.md, twenty-second session; none on
+// these tests' inputs so far).
 constexpr const char* kDifferentOrders =
     " (the pipelined and wide kernels sum K in different orders: if both outputs pass the oracle's "
-    "gates, check whether the inputs' f32 sums are still exact before suspecting a kernel)";
+    "gates and differ in a few last bits, that is the order, not a kernel fault)";
 
 class Nvfp4MegaMoe : public ::testing::Test {
  protected:
@@ -730,9 +732,9 @@ TEST_F(Nvfp4MegaMoe, WideForcedAfterPlanningIsRefused) {
 // result buffers where they fit, four ranks, and the dsv4-flash widths (32-token sub-tiles,
 // 512-k stages). Each case against the oracle and bitwise against the pipelined kernel on the
 // same inputs, which quantizes the same y with the same recipe. The two kernels sum K in
-// different orders (four interleaved slices against one), so the bitwise comparison also rests
-// on these inputs' f32 sums being exact in any order (the oracle's relative L2 of 0 says they
-// are); kDifferentOrders says so where it fails.
+// different orders (four interleaved slices against one), so their f32 results may differ in the
+// last bits; equal outputs also rest on such differences never reaching a bf16 or e2m1 rounding
+// on these inputs (none has in any run so far); kDifferentOrders says so where it fails.
 TEST_F(Nvfp4MegaMoe, WideKernelFp8CombineMatchesPipelined) {
   if (const char* v = std::getenv("MEGAMOE_NVFP4_KERNEL"); v != nullptr && *v != '\0') {
     GTEST_SKIP() << "compares two versions; MEGAMOE_NVFP4_KERNEL forces one";
