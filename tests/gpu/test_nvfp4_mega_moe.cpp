@@ -80,12 +80,17 @@ std::int64_t total_tokens(const Case& c) {
   return first_token_of(c, c.ranks);
 }
 
-// The largest count of any rank, or the larger max_tokens_across_ranks: what nvfp4_mega_moe
-// takes its BLOCK_M from (at least 1).
-std::int64_t largest_tokens(const Case& c) {
-  std::int64_t t = std::max<std::int64_t>(1, c.max_tokens_across_ranks);
+// The largest count of any rank (at least 1): how many tokens a rank's inputs are drawn from.
+std::int64_t largest_count(const Case& c) {
+  std::int64_t t = 1;
   for (int r = 0; r < c.ranks; ++r) t = std::max(t, tokens_of(c, r));
   return t;
+}
+
+// What nvfp4_mega_moe takes its BLOCK_M from: the largest count, or the larger
+// max_tokens_across_ranks.
+std::int64_t largest_tokens(const Case& c) {
+  return std::max(largest_count(c), c.max_tokens_across_ranks);
 }
 
 std::string describe_case(const Case& c) {
@@ -279,14 +284,14 @@ struct Harness : LayerIo {
 
   Harness(const Case& cs, std::uint64_t sd) : c(cs), cfg(config_of(cs)), seed(sd) {
     buffer = get_symm_buffer_for_mega_moe(cfg, "local");
-    // Ragged cases draw largest_tokens per rank and keep each rank's first rows; the FC2 input
+    // Ragged cases draw largest_count per rank and keep each rank's first rows; the FC2 input
     // scales come from the whole draw (a calibration batch the call's tokens are part of).
-    inputs = reference::random_inputs(cfg, largest_tokens(c), routing_options(c), seed);
+    inputs = reference::random_inputs(cfg, largest_count(c), routing_options(c), seed);
     apply_routing(c, cfg, seed + 7, inputs);
     const reference::QuantizedWeights w = reference::random_weights(cfg, seed + 1);
     const std::vector<float> fc2s = reference::calibrate_fc2_input_scales(cfg, inputs, w);
     if (!c.rank_tokens.empty()) {
-      inputs = reference::first_tokens_of_each_rank(cfg, inputs, largest_tokens(c), c.rank_tokens);
+      inputs = reference::first_tokens_of_each_rank(cfg, inputs, largest_count(c), c.rank_tokens);
     }
     reference::ForwardOptions fo;
     fo.fc2_input_scale = fc2s;
