@@ -1,0 +1,96 @@
+# Phase timeline of the pipelined NVFP4 kernel, one line per phase boundary, for telling where an
+# expert-parallel decode call spends its time against one rank (bench/NOTES.md, twenty-fourth
+# session). Copies the repository's kernels/ to DEST (default build/kern_ep_timeline) and makes
+# thread 0 of every CTA record %globaltimer at the kernel's entry, after griddepcontrol.wait,
+# after the entry barrier (ranks in separate processes), after phase 0, around the FC1 -> FC2
+# barrier, around the FC2 barrier (cross-rank for R > 1) and at its end. At its 101st launch,
+# CTA 0 prints the 100th launch's marks as "EPTL rank mark min median max" (us from the earliest
+# CTA's entry). Run the bench on it with MEGAMOE_KERNEL_DIR=DEST MEGAMOE_ALLOW_LOCAL_MEMORY=1.
+#   python3 bench/probes/ep_timeline.py [DEST]
+# Each edit must match the kernel source exactly once; a kernel change that moves one makes the
+# script stop with the pattern it missed.
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from kernel_patch import SourceEdit, copy_kernels  # noqa: E402
+
+dst = copy_kernels("kern_ep_timeline")
+edit = SourceEdit(os.path.join(dst, "megamoe", "impls", "sm90_nvfp4_mega_moe_pipelined.cuh"))
+sub = edit.sub
+
+MARKS = ["entry", "griddep", "entry_barrier", "phase0", "fc1_done", "fc1_barrier", "fc2_done",
+         "fc2_barrier", "end"]
+
+sub("}  // namespace nvfp4_pipe\n", """}  // namespace nvfp4_pipe
+
+// Marks of a launch in buffer (launch & 1), so that launch n + 1 reads launch n's complete marks
+// while it writes its own; each CTA counts its own launches (one CTA per index and launch).
+__device__ unsigned long long g_eptl[2][1024][9];
+__device__ unsigned g_eptl_launch[1024];
+__device__ __forceinline__ void eptl_mark(unsigned n, int j, unsigned long long t) {
+  if (threadIdx.x == 0) g_eptl[n & 1u][blockIdx.x][j] = t;
+}
+__device__ __noinline__ void eptl_print(unsigned n, int rank, int nctas) {
+  if (threadIdx.x != 0 || blockIdx.x != 0 || n != 101u) return;
+  const unsigned b = (n - 1u) & 1u;
+  unsigned long long t0 = ~0ull;
+  for (int c = 0; c < nctas; ++c) t0 = min(t0, g_eptl[b][c][0]);
+  for (int j = 0; j < 9; ++j) {
+    unsigned long long lo = ~0ull, hi = 0, med = 0;
+    for (int c = 0; c < nctas; ++c) {
+      const unsigned long long v = g_eptl[b][c][j];
+      lo = min(lo, v);
+      hi = max(hi, v);
+      int below = 0;
+      for (int d = 0; d < nctas; ++d) below += g_eptl[b][d][j] < v ? 1 : 0;
+      if (below == nctas / 2) med = v;
+    }
+    printf("EPTL %d %d %.2f %.2f %.2f\\n", rank, j, (lo - t0) * 1e-3, (med - t0) * 1e-3,
+           (hi - t0) * 1e-3);
+  }
+}
+""")
+sub("""  ptx::griddep_wait();
+
+  // Ranks in other processes""", """  const unsigned long long eptl_t0 = ptx::globaltimer_ns();
+  ptx::griddep_wait();
+  const unsigned eptl_n = threadIdx.x == 0 ? g_eptl_launch[blockIdx.x]++ : 0u;
+  eptl_print(eptl_n, rank, nctas);
+  eptl_mark(eptl_n, 0, eptl_t0);
+  eptl_mark(eptl_n, 1, ptx::globaltimer_ns());
+
+  // Ranks in other processes""")
+sub("""        R, rank, grid_counter, cta_in_rank, nctas, a.timeout_ns, status, kPhaseEntry);
+  }
+""", """        R, rank, grid_counter, cta_in_rank, nctas, a.timeout_ns, status, kPhaseEntry);
+  }
+  eptl_mark(eptl_n, 2, ptx::globaltimer_ns());
+""")
+sub("""          a, s, first_expert);
+
+  // Tile choice on the device""", """          a, s, first_expert);
+  eptl_mark(eptl_n, 3, ptx::globaltimer_ns());
+
+  // Tile choice on the device""")
+sub("""  // The ring already holds the first FC2 blocks: they stream while the barrier waits.
+""", """  eptl_mark(eptl_n, 4, ptx::globaltimer_ns());
+  // The ring already holds the first FC2 blocks: they stream while the barrier waits.
+""")
+sub("""  // ---- phase 2: FC2 into the source ranks' combine slots""",
+    """  eptl_mark(eptl_n, 5, ptx::globaltimer_ns());
+  // ---- phase 2: FC2 into the source ranks' combine slots""")
+sub("""  if constexpr (R == 1) {
+    // One rank, one launch: the rank's CTAs""", """  eptl_mark(eptl_n, 6, ptx::globaltimer_ns());
+  if constexpr (R == 1) {
+    // One rank, one launch: the rank's CTAs""")
+sub("""  // ---- phase 3: combine the rank's own tokens""", """  eptl_mark(eptl_n, 7, ptx::globaltimer_ns());
+  // ---- phase 3: combine the rank's own tokens""")
+sub("""      a, mine, rank, min(s.src_tokens[rank], a.out_rows[rank]), cta_in_rank, nctas);
+}
+""", """      a, mine, rank, min(s.src_tokens[rank], a.out_rows[rank]), cta_in_rank, nctas);
+  eptl_mark(eptl_n, 8, ptx::globaltimer_ns());
+}
+""")
+edit.save()
+print("instrumented", edit.path, "marks:", " ".join(f"{j}={m}" for j, m in enumerate(MARKS)))
