@@ -91,8 +91,6 @@ std::string barrier_phase_name(std::uint32_t phase) {
       return "1 (after FC1: rank-local grid barrier, fc2_pool complete)";
     case 2:
       return "2 (after FC2: cross-rank barrier, every rank's combine writes)";
-    case 3:
-      return "3 (release: rank-local, CTAs waiting for CTA 0's cross-rank wait)";
     case 4:
       return "4 (entry: cross-rank, every rank's pre-dispatch published)";
     default:
@@ -224,8 +222,8 @@ std::string compare_with_virtual(const std::vector<std::string>& gathered,
 }
 
 // Rank R-1 pre-dispatches but never calls the layer; the others must stop at the kernel's entry
-// barrier (phase 4, or 3 when a CTA's release wait expires first) with a fault naming rank and
-// phase. Exits the process (the waiting ranks' contexts are dead).
+// barrier (phase 4) with a fault naming rank and phase. Exits the process (the waiting ranks'
+// contexts are dead).
 [[noreturn]] void timeout_test(runtime::EpNvfp4Ranks& ranks, const SymmBuffer& buffer,
                                const runtime::Stream& stream, std::int64_t tokens,
                                std::int64_t peer_timeout_ms, RankChannel& ch) {
@@ -279,7 +277,7 @@ std::string compare_with_virtual(const std::vector<std::string>& gathered,
                             "); rank(s) that did not arrive: " +
                             (missing.empty() ? "none" : missing) + " (" + mine + ")");
     const bool named = s.timed_out == 1 && s.rank == static_cast<std::uint32_t>(me) &&
-                       (s.phase == 4 || s.phase == 3) && missing == std::to_string(last) &&
+                       s.phase == 4 && missing == std::to_string(last) &&
                        mine.starts_with("fault: ");
     ok = named;
     verdict = std::string(named ? "PASS" : "FAIL") + " rank " + std::to_string(me) +

@@ -16,10 +16,10 @@ namespace megamoe::device {
 enum BarrierPhase : u32 {
   kPhaseAfterFc1 = 1,  // rank-local: fc2_pool complete before FC2
   kPhaseAfterFc2 = 2,  // cross-rank: every rank's combine slots written
-  kPhaseRelease = 3,   // rank-local: release after the cross-rank wait
-  kPhaseEntry = 4,     // cross-rank, ranks in separate processes: every rank's inputs published
-  kPhaseRoutes = 5,    // rank-local (wide kernel): every tile's routes in the route list
-  kPhaseTokens = 6,    // rank-local (wide kernel): a phase's token chunks decoded
+  // 3 was the rank-local release of the two-level cross-rank barrier (gone): never reported.
+  kPhaseEntry = 4,   // cross-rank, ranks in separate processes: every rank's inputs published
+  kPhaseRoutes = 5,  // rank-local (wide kernel): every tile's routes in the route list
+  kPhaseTokens = 6,  // rank-local (wide kernel): a phase's token chunks decoded
 };
 
 // The rank and status pointer of a barrier's timeout report, passed as values or as callables
@@ -134,26 +134,45 @@ MEGAMOE_DEVICE void rank_grid_barrier(u32* counter, int cta_in_rank, int n, u64 
   Sync::sync();
 }
 
-// Barrier over every CTA of every rank. `counter_of(p)` is rank p's cross-rank counter (a peer
-// pointer); each rank's CTA 0 arrives on every rank's counter and waits on its own.
+// Rank p's part of a cross-rank barrier instance: the parts of the R ranks sum to 2^31, so each
+// rank's CTAs can split its part among themselves knowing only their own count.
+MEGAMOE_DEVICE u32 rank_share(int rank, int num_ranks) {
+  const u32 r = static_cast<u32>(num_ranks);
+  return 0x80000000u / r + (rank == 0 ? 0x80000000u % r : 0u);
+}
+
+// Barrier over every CTA of every rank, in one level. Each CTA's thread 0 arrives on every rank's
+// counter (`counter_of(p)`, a peer pointer) and waits on its own rank's: rank p's CTA 0 adds
+// rank_share(p) - (n - 1), its other CTAs 1, so every counter gains exactly 2^31 once the last CTA
+// of the last rank arrives. Every thread's earlier writes (peer writes included) are visible to
+// every thread of every rank afterwards. One NVLink crossing on the critical path: the two-level
+// form (a rank-local grid barrier, CTA 0's atomics to each peer in turn, a rank-local release)
+// took ~7 us on two H200s against ~1 us for a rank-local barrier (bench/NOTES.md, twenty-fourth
+// session).
 template <class Sync = CtaSync, class CounterOf, class RankT = int, class StatusT = u32*>
 MEGAMOE_DEVICE void cross_rank_barrier(CounterOf counter_of, int num_ranks, RankT rank_arg,
-                                       u32* grid_counter, int cta_in_rank, int n, u64 timeout_ns,
-                                       StatusT status, u32 phase = kPhaseAfterFc2) {
-  rank_grid_barrier<Sync>(grid_counter, cta_in_rank, n, timeout_ns, status, rank_arg, phase);
-  if (cta_in_rank == 0 && threadIdx.x == 0) {
+                                       int cta_in_rank, int n, u64 timeout_ns, StatusT status,
+                                       u32 phase = kPhaseAfterFc2) {
+  // bar.sync orders the CTA's writes before thread 0's release fence (cumulative).
+  Sync::sync();
+  if (threadIdx.x == 0) {
     const int rank = lazy_value(rank_arg);
-    u32 own_old = 0;
-    for (int p = 0; p < num_ranks; ++p) {
-      const u32 old = ptx::atomic_add_release_sys(
-          counter_of(p), arrival_value(rank == 0, static_cast<u32>(num_ranks)));
-      if (p == rank) own_old = old;
+    const u32* own = counter_of(rank);
+    // The top bit before this instance completes: read ahead of this CTA's own arrival on the
+    // same address, as in rank_grid_barrier.
+    const u32 old = ptx::load_relaxed_sys(own);
+    const u32 arrival =
+        cta_in_rank == 0 ? rank_share(rank, num_ranks) - static_cast<u32>(n - 1) : 1u;
+    // One release for all R arrivals (a fence, then relaxed adds), peers first, its own last.
+    ptx::fence_acq_rel_sys();
+    for (int k = 1; k <= num_ranks; ++k) {
+      const int p = rank + k < num_ranks ? rank + k : rank + k - num_ranks;
+      ptx::red_add_relaxed_sys(counter_of(p), arrival);
     }
-    spin_for_flip(counter_of(rank), own_old, timeout_ns, status, rank, phase);
+    spin_for_flip(own, old, timeout_ns, status, rank, phase);
     ptx::fence_acq_rel_sys();
   }
-  rank_grid_barrier<Sync>(grid_counter, cta_in_rank, n, timeout_ns, status, rank_arg,
-                          kPhaseRelease);
+  Sync::sync();
 }
 
 }  // namespace megamoe::device

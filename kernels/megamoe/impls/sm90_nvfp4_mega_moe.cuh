@@ -545,7 +545,7 @@ __global__ void __launch_bounds__(kNvfp4Threads, 1)
         [&](int p) {
           return reinterpret_cast<u32*>(a.base[p] + a.off_sync + a.sync_rank_barrier + 32);
         },
-        R, rank, grid_counter, cta_in_rank, nctas, a.timeout_ns, status, kPhaseEntry);
+        R, rank, cta_in_rank, nctas, a.timeout_ns, status, kPhaseEntry);
   }
 
   // ---- phase 0: route counts and the padded pool layout (every CTA, redundantly) ----------
@@ -624,7 +624,9 @@ __global__ void __launch_bounds__(kNvfp4Threads, 1)
     }
   }
 
-  rank_grid_barrier(grid_counter, cta_in_rank, nctas, a.timeout_ns, status, rank, kPhaseAfterFc1);
+  // Rank-local: fc2_pool is written and read by this rank's CTAs on this GPU only.
+  rank_grid_barrier<CtaSync, Scope::gpu>(grid_counter, cta_in_rank, nctas, a.timeout_ns, status,
+                                         rank, kPhaseAfterFc1);
 
   // ---- phase 2: FC2 into the source ranks' combine slots -----------------------------------
   {
@@ -686,7 +688,7 @@ __global__ void __launch_bounds__(kNvfp4Threads, 1)
 
   cross_rank_barrier(
       [&](int p) { return reinterpret_cast<u32*>(a.base[p] + a.off_sync + a.sync_rank_barrier); },
-      R, rank, grid_counter, cta_in_rank, nctas, a.timeout_ns, status);
+      R, rank, cta_in_rank, nctas, a.timeout_ns, status);
 
   // ---- phase 3: combine the rank's own tokens ----------------------------------------------
   nvfp4_moe::combine_rank_tokens<H, K, EL, R, TMAX, kNvfp4Threads, 0>(

@@ -436,7 +436,7 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
         [&](int p) {
           return reinterpret_cast<u32*>(a.base[p] + a.off_sync + a.sync_rank_barrier + 32);
         },
-        R, rank, grid_counter, cta_in_rank, nctas, a.timeout_ns, status, kPhaseEntry);
+        R, rank, cta_in_rank, nctas, a.timeout_ns, status, kPhaseEntry);
   }
 
   // ---- phase 0: route counts and the padded pool layout (every CTA, redundantly) ----------
@@ -675,14 +675,10 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
 
   if (kStaged && !first_tile_ready) FirstTileReady::arrive();
 
-  // The ring already holds the first FC2 blocks: they stream while the barrier waits.
-  if constexpr (R == 1) {
-    rank_grid_barrier<Sync, Scope::gpu>(grid_counter, cta_in_rank, nctas, a.timeout_ns, status,
-                                        rank, kPhaseAfterFc1);
-  } else {
-    rank_grid_barrier<Sync>(grid_counter, cta_in_rank, nctas, a.timeout_ns, status, rank,
-                            kPhaseAfterFc1);
-  }
+  // The ring already holds the first FC2 blocks: they stream while the barrier waits. Rank-local
+  // at .gpu scope for any R: fc2_pool is written and read by this rank's CTAs on this GPU only.
+  rank_grid_barrier<Sync, Scope::gpu>(grid_counter, cta_in_rank, nctas, a.timeout_ns, status, rank,
+                                      kPhaseAfterFc1);
 
   // ---- phase 2: FC2 into the source ranks' combine slots -----------------------------------
   b_tile = -1;
@@ -787,7 +783,7 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
   } else {
     cross_rank_barrier<Sync>(
         [&](int p) { return reinterpret_cast<u32*>(a.base[p] + a.off_sync + a.sync_rank_barrier); },
-        R, rank, grid_counter, cta_in_rank, nctas, a.timeout_ns, status);
+        R, rank, cta_in_rank, nctas, a.timeout_ns, status);
   }
 
   // ---- phase 3: combine the rank's own tokens ----------------------------------------------

@@ -573,7 +573,7 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
         [&](int p) {
           return reinterpret_cast<u32*>(a.base[p] + a.off_sync + a.sync_rank_barrier + 32);
         },
-        R, rank_of, grid_counter(), cta_in_rank(), nctas, a.timeout_ns, status, kPhaseEntry);
+        R, rank_of, cta_in_rank(), nctas, a.timeout_ns, status, kPhaseEntry);
   }
 
   // ---- phase 0: route counts and the padded pool layout (every CTA, redundantly) ----------
@@ -664,10 +664,11 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
     return;
   }
 
-  constexpr Scope kScope = R == 1 ? Scope::gpu : Scope::sys;
+  // The rank-local barriers order only this rank's scratch, route list and fc2_pool, written and
+  // read by its CTAs on this GPU: .gpu scope for any R.
   auto grid_barrier = [&](u32 phase) {
-    rank_grid_barrier<Sync, kScope>(grid_counter(), cta_in_rank(), nctas, a.timeout_ns, status,
-                                    rank_of, phase);
+    rank_grid_barrier<Sync, Scope::gpu>(grid_counter(), cta_in_rank(), nctas, a.timeout_ns, status,
+                                        rank_of, phase);
   };
   const int gwarp = cta_in_rank() * kWarps + warp;
 
@@ -821,7 +822,7 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
   } else {
     cross_rank_barrier<Sync>(
         [&](int p) { return reinterpret_cast<u32*>(a.base[p] + a.off_sync + a.sync_rank_barrier); },
-        R, rank_of, grid_counter(), cta_in_rank(), nctas, a.timeout_ns, status);
+        R, rank_of, cta_in_rank(), nctas, a.timeout_ns, status);
   }
 
   // ---- phase 3: combine the rank's own tokens ----------------------------------------------
