@@ -42,9 +42,12 @@ __device__ __noinline__ void eptl_print(unsigned n, int rank, int nctas) {
       const unsigned long long v = g_eptl[b][c][j];
       lo = min(lo, v);
       hi = max(hi, v);
-      int below = 0;
-      for (int d = 0; d < nctas; ++d) below += g_eptl[b][d][j] < v ? 1 : 0;
-      if (below == nctas / 2) med = v;
+      int below = 0, equal = 0;
+      for (int d = 0; d < nctas; ++d) {
+        below += g_eptl[b][d][j] < v ? 1 : 0;
+        equal += g_eptl[b][d][j] == v ? 1 : 0;
+      }
+      if (below <= nctas / 2 && nctas / 2 < below + equal) med = v;
     }
     printf("EPTL %d %d %.2f %.2f %.2f\\n", rank, j, (lo - t0) * 1e-3, (med - t0) * 1e-3,
            (hi - t0) * 1e-3);
@@ -61,9 +64,9 @@ sub("""  ptx::griddep_wait();
   eptl_mark(eptl_n, 1, ptx::globaltimer_ns());
 
   // Ranks in other processes""")
-sub("""        R, rank, grid_counter, cta_in_rank, nctas, a.timeout_ns, status, kPhaseEntry);
+sub("""        R, rank, cta_in_rank, nctas, a.timeout_ns, status, kPhaseEntry);
   }
-""", """        R, rank, grid_counter, cta_in_rank, nctas, a.timeout_ns, status, kPhaseEntry);
+""", """        R, rank, cta_in_rank, nctas, a.timeout_ns, status, kPhaseEntry);
   }
   eptl_mark(eptl_n, 2, ptx::globaltimer_ns());
 """)
@@ -73,9 +76,9 @@ sub("""          a, s, first_expert);
   eptl_mark(eptl_n, 3, ptx::globaltimer_ns());
 
   // Tile choice on the device""")
-sub("""  // The ring already holds the first FC2 blocks: they stream while the barrier waits.
+sub("""  // The ring already holds the first FC2 blocks: they stream while the barrier waits. Rank-local
 """, """  eptl_mark(eptl_n, 4, ptx::globaltimer_ns());
-  // The ring already holds the first FC2 blocks: they stream while the barrier waits.
+  // The ring already holds the first FC2 blocks: they stream while the barrier waits. Rank-local
 """)
 sub("""  // ---- phase 2: FC2 into the source ranks' combine slots""",
     """  eptl_mark(eptl_n, 5, ptx::globaltimer_ns());
