@@ -5,7 +5,8 @@
 # after the entry barrier (ranks in separate processes), after phase 0, around the FC1 -> FC2
 # barrier, around the FC2 barrier (cross-rank for R > 1) and at its end. At its 101st launch,
 # CTA 0 prints the 100th launch's marks as "EPTL rank mark min median max" (us from the earliest
-# CTA's entry). Run the bench on it with MEGAMOE_KERNEL_DIR=DEST MEGAMOE_ALLOW_LOCAL_MEMORY=1.
+# CTA's entry; "EPTL_T0 rank ns" is that entry on the GPU's %globaltimer), marks 9-14 from inside
+# the cross-rank barriers (thread 0: after its release fence, its arrivals, its spin). Run the bench on it with MEGAMOE_KERNEL_DIR=DEST MEGAMOE_ALLOW_LOCAL_MEMORY=1.
 #   python3 bench/probes/ep_timeline.py [DEST]
 # Each edit must match the kernel source exactly once; a kernel change that moves one makes the
 # script stop with the pattern it missed.
@@ -20,23 +21,32 @@ edit = SourceEdit(os.path.join(dst, "megamoe", "impls", "sm90_nvfp4_mega_moe_pip
 sub = edit.sub
 
 MARKS = ["entry", "griddep", "entry_barrier", "phase0", "fc1_done", "fc1_barrier", "fc2_done",
-         "fc2_barrier", "end"]
+         "fc2_barrier", "end", "entry_fenced", "entry_arrived", "entry_flipped", "fc2_fenced",
+         "fc2_arrived", "fc2_flipped"]
 
-sub("}  // namespace nvfp4_pipe\n", """}  // namespace nvfp4_pipe
+barrier = SourceEdit(os.path.join(dst, "megamoe", "comm", "rank_barrier.cuh"))
+barrier.sub("namespace megamoe::device {\n", """namespace megamoe::device {
 
 // Marks of a launch in buffer (launch & 1), so that launch n + 1 reads launch n's complete marks
 // while it writes its own; each CTA counts its own launches (one CTA per index and launch).
-__device__ unsigned long long g_eptl[2][1024][9];
+__device__ unsigned long long g_eptl[2][1024][16];
 __device__ unsigned g_eptl_launch[1024];
+__device__ unsigned g_eptl_cur[1024];
 __device__ __forceinline__ void eptl_mark(unsigned n, int j, unsigned long long t) {
   if (threadIdx.x == 0) g_eptl[n & 1u][blockIdx.x][j] = t;
+}
+__device__ __forceinline__ unsigned long long eptl_now() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
 }
 __device__ __noinline__ void eptl_print(unsigned n, int rank, int nctas) {
   if (threadIdx.x != 0 || blockIdx.x != 0 || n != 101u) return;
   const unsigned b = (n - 1u) & 1u;
   unsigned long long t0 = ~0ull;
   for (int c = 0; c < nctas; ++c) t0 = min(t0, g_eptl[b][c][0]);
-  for (int j = 0; j < 9; ++j) {
+  printf("EPTL_T0 %d %llu\\n", rank, t0);
+  for (int j = 0; j < 15; ++j) {
     unsigned long long lo = ~0ull, hi = 0, med = 0;
     for (int c = 0; c < nctas; ++c) {
       const unsigned long long v = g_eptl[b][c][j];
@@ -54,11 +64,31 @@ __device__ __noinline__ void eptl_print(unsigned n, int rank, int nctas) {
   }
 }
 """)
+# Inside the one-level cross-rank barrier: after the release fence, after the arrivals, after the
+# spin (marks 9-11 at the entry barrier, 12-14 at the FC2 barrier).
+barrier.sub("""    ptx::fence_acq_rel_sys();
+    for (int k = 1; k <= num_ranks; ++k) {""", """    const int eptl_j = phase == kPhaseEntry ? 9 : 12;
+    const unsigned eptl_n = g_eptl_cur[blockIdx.x];
+    ptx::fence_acq_rel_sys();
+    eptl_mark(eptl_n, eptl_j, eptl_now());
+    for (int k = 1; k <= num_ranks; ++k) {""")
+barrier.sub("""      ptx::red_add_relaxed_sys(counter_of(p), arrival);
+    }
+    spin_for_flip(own, old, timeout_ns, status, rank, phase);
+""", """      ptx::red_add_relaxed_sys(counter_of(p), arrival);
+    }
+    eptl_mark(eptl_n, eptl_j + 1, eptl_now());
+    spin_for_flip(own, old, timeout_ns, status, rank, phase);
+    eptl_mark(eptl_n, eptl_j + 2, eptl_now());
+""")
+barrier.save()
+
 sub("""  ptx::griddep_wait();
 
   // Ranks in other processes""", """  const unsigned long long eptl_t0 = ptx::globaltimer_ns();
   ptx::griddep_wait();
   const unsigned eptl_n = threadIdx.x == 0 ? g_eptl_launch[blockIdx.x]++ : 0u;
+  if (threadIdx.x == 0) g_eptl_cur[blockIdx.x] = eptl_n;
   eptl_print(eptl_n, rank, nctas);
   eptl_mark(eptl_n, 0, eptl_t0);
   eptl_mark(eptl_n, 1, ptx::globaltimer_ns());

@@ -431,7 +431,7 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
   // combine slots may be overwritten. One launch for all ranks (local provider) needs no wait.
   // Its own counter (the second half of the "rank_barrier" field): with one counter per barrier
   // a rank can add to a counter's next generation only after all ranks finished its current one.
-  if (a.num_driven < R) {
+  if (R > 1 && a.num_driven < R) {
     cross_rank_barrier(
         [&](int p) {
           return reinterpret_cast<u32*>(a.base[p] + a.off_sync + a.sync_rank_barrier + 32);

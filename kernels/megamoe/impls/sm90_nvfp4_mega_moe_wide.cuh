@@ -568,7 +568,7 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
   // Ranks in other processes: as in the pipelined kernel, every rank's pre-dispatch of this call
   // is complete (and every rank finished the previous call) before anything is read. As the
   // alternative, the table's kernel has passed this call's entry barrier before handing over.
-  if (a.num_driven < R && a.tile_choice_alt != BM) {
+  if (R > 1 && a.num_driven < R && a.tile_choice_alt != BM) {
     cross_rank_barrier(
         [&](int p) {
           return reinterpret_cast<u32*>(a.base[p] + a.off_sync + a.sync_rank_barrier + 32);
