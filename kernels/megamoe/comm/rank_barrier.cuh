@@ -44,9 +44,9 @@ MEGAMOE_DEVICE void report_timeout_and_trap(u32* status, int rank, u32 phase) {
   __trap();
 }
 
-// Memory scope of a barrier's counter operations: .sys when peers may be other GPUs (NCCL
-// provider), .gpu when every participant and every byte it orders live on one GPU (one rank
-// driven by one launch) -- cheaper.
+// Memory scope of a barrier's counter operations: .sys where participants may be on other GPUs
+// (the cross-rank barrier), .gpu where every participant and every byte it orders live on one GPU
+// (every rank-local barrier: a rank's CTAs share its GPU) -- cheaper.
 enum class Scope { sys, gpu };
 
 template <Scope kScope>
@@ -107,10 +107,10 @@ MEGAMOE_DEVICE u32 arrival_value(bool first, u32 participants) {
   return first ? 0x80000000u - (participants - 1u) : 1u;
 }
 
-// Barrier over the `n` CTAs of one rank. Every thread's earlier global writes (peer writes
-// included) are visible to every thread of those CTAs afterwards. Scope::gpu for a launch whose
-// one rank lives on this GPU (R = 1).
-template <class Sync = CtaSync, Scope kScope = Scope::sys, class StatusT = u32*, class RankT = int>
+// Barrier over the `n` CTAs of one rank. Every thread's earlier global writes are visible to every
+// thread of those CTAs afterwards; with Scope::sys also ordered for observers on other GPUs (no
+// caller needs that since the cross-rank barrier went to one level).
+template <class Sync = CtaSync, Scope kScope = Scope::gpu, class StatusT = u32*, class RankT = int>
 MEGAMOE_DEVICE void rank_grid_barrier(u32* counter, int cta_in_rank, int n, u64 timeout_ns,
                                       StatusT status, RankT rank, u32 phase) {
   // bar.sync orders the CTA's writes before thread 0's arrival, a release (cumulative).
