@@ -2,12 +2,12 @@
 // Barriers of the persistent NVFP4 MegaMoE kernel, on counters that live in the "sync" region
 // and are never reset by the host.
 //
-// Generation trick: in one barrier instance the n participants add 1, except participant 0
-// which adds 2^31 - (n - 1). The n additions sum to exactly 2^31, so the counter's top bit flips
-// precisely when the last participant arrives, in any arrival order, and whatever a participant
-// reads before its own addition (the pre-add value of an atom, or a load ahead of a red) still
-// carries the old top bit. Nothing needs zeroing between calls and the participant count may
-// change from one call to the next.
+// Generation trick (comm/barrier_arrivals.cuh): in one barrier instance the participants'
+// additions sum to exactly 2^31, so the counter's top bit flips precisely when the last one
+// arrives, in any arrival order, and whatever a participant reads before its own addition (a load
+// ahead of its red) still carries the old top bit. Nothing needs zeroing between calls and the
+// participant count may change from one call to the next.
+#include "megamoe/comm/barrier_arrivals.cuh"
 #include "megamoe/common.cuh"
 #include "megamoe/ptx/mma_sm90.cuh"
 
@@ -103,10 +103,6 @@ struct SignalBarrier {
   }
 };
 
-MEGAMOE_DEVICE u32 arrival_value(bool first, u32 participants) {
-  return first ? 0x80000000u - (participants - 1u) : 1u;
-}
-
 // Barrier over the `n` CTAs of one rank. Every thread's earlier global writes are visible to every
 // thread of those CTAs afterwards; with Scope::sys also ordered for observers on other GPUs (no
 // caller needs that since the cross-rank barrier went to one level).
@@ -134,13 +130,6 @@ MEGAMOE_DEVICE void rank_grid_barrier(u32* counter, int cta_in_rank, int n, u64 
   Sync::sync();
 }
 
-// Rank p's part of a cross-rank barrier instance: the parts of the R ranks sum to 2^31, so each
-// rank's CTAs can split its part among themselves knowing only their own count.
-MEGAMOE_DEVICE u32 rank_share(int rank, int num_ranks) {
-  const u32 r = static_cast<u32>(num_ranks);
-  return 0x80000000u / r + (rank == 0 ? 0x80000000u % r : 0u);
-}
-
 // Barrier over every CTA of every rank, in one level. Each CTA's thread 0 arrives on every rank's
 // counter (`counter_of(p)`, a peer pointer) and waits on its own rank's: rank p's CTA 0 adds
 // rank_share(p) - (n - 1), its other CTAs 1, so every counter gains exactly 2^31 once the last CTA
@@ -161,8 +150,7 @@ MEGAMOE_DEVICE void cross_rank_barrier(CounterOf counter_of, int num_ranks, Rank
     // The top bit before this instance completes: read ahead of this CTA's own arrival on the
     // same address, as in rank_grid_barrier.
     const u32 old = ptx::load_relaxed_sys(own);
-    const u32 arrival =
-        cta_in_rank == 0 ? rank_share(rank, num_ranks) - static_cast<u32>(n - 1) : 1u;
+    const u32 arrival = cross_rank_arrival(rank, num_ranks, cta_in_rank, n);
     // One release for all R arrivals (a fence, then relaxed adds), peers first, its own last.
     ptx::fence_acq_rel_sys();
     for (int k = 1; k <= num_ranks; ++k) {
