@@ -6,8 +6,11 @@
 # barrier, around the FC2 barrier (cross-rank for R > 1) and at its end. At its 101st launch,
 # CTA 0 prints the 100th launch's marks as "EPTL rank mark min median max" (us from the earliest
 # CTA's entry; "EPTL_T0 rank ns" is that entry on the GPU's %globaltimer), marks 9-14 from inside
-# the cross-rank barriers (thread 0: after its release fence, its arrivals, its spin). Run the bench on it with MEGAMOE_KERNEL_DIR=DEST MEGAMOE_ALLOW_LOCAL_MEMORY=1.
-#   python3 bench/probes/ep_timeline.py [DEST]
+# the cross-rank barriers (thread 0: after its release fence, its arrivals, its spin). Run the
+# bench on it with MEGAMOE_KERNEL_DIR=DEST MEGAMOE_ALLOW_LOCAL_MEMORY=1, e.g.
+#   python3 bench/probes/ep_timeline.py /tmp/kern_eptl
+#   MEGAMOE_KERNEL_DIR=/tmp/kern_eptl MEGAMOE_ALLOW_LOCAL_MEMORY=1 \
+#     megamoe bench --ranks 2 --tokens 1 --preset dsv4-flash | grep EPTL
 # Each edit must match the kernel source exactly once; a kernel change that moves one makes the
 # script stop with the pattern it missed.
 import os

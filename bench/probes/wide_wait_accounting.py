@@ -58,12 +58,12 @@ sub("""    ptx::mbarrier_wait_parity(full + pos.stage, pos.parity);
     const u8* st = ring + pos.stage * C::template kStageBytes<NS>;""")
 sub("""  ptx::griddep_wait();
 
-  // Ranks in other processes: as in the pipelined kernel""", """  ptx::griddep_wait();
+  // Tile choice on the device, this kernel the alternative""", """  ptx::griddep_wait();
   const unsigned wa_call = *reinterpret_cast<volatile unsigned*>(&g_wa_calls);
   wa_mark(warp, 0);
   const unsigned wa_c0 = wa_clk();
 
-  // Ranks in other processes: as in the pipelined kernel""")
+  // Tile choice on the device, this kernel the alternative""")
 sub("""  auto total_tiles = [&] { return min(s.tile_prefix[EL], a.pool_rows / BM); };
 """, """  auto total_tiles = [&] { return min(s.tile_prefix[EL], a.pool_rows / BM); };
   wa_mark(warp, 1);
