@@ -20,18 +20,18 @@ __device__ unsigned g_bchk_cnt[4096];  // arrivals per barrier instance (instanc
 __device__ unsigned g_bchk_idx[1024];  // each CTA's next instance
 __device__ unsigned g_bchk_viol;
 __device__ unsigned g_bchk_worst;""")
-sub("""    const u32 arrival = arrival_value(cta_in_rank == 0, static_cast<u32>(n));
-    if constexpr (kScope == Scope::gpu) {""", """    const u32 arrival = arrival_value(cta_in_rank == 0, static_cast<u32>(n));
-    const unsigned bk = g_bchk_idx[blockIdx.x] & 4095u;
+sub("""    ptx::red_add_release_gpu(counter, arrival_value(cta_in_rank == 0, static_cast<u32>(n)));
+""", """    const unsigned bk = g_bchk_idx[blockIdx.x] & 4095u;
     atomicAdd(&g_bchk_cnt[bk], 1u);
     __threadfence();
-    if constexpr (kScope == Scope::gpu) {""")
-sub("""    spin_for_flip<kScope>(counter, old, timeout_ns, status, rank, phase);
-    fence_acq_rel<kScope>();
+    ptx::red_add_release_gpu(counter, arrival_value(cta_in_rank == 0, static_cast<u32>(n)));
+""")
+sub("""    spin_for_flip<Scope::gpu>(counter, old, timeout_ns, status, rank, phase);
+    ptx::fence_acq_rel_gpu();
   }
   Sync::sync();
-}""", """    spin_for_flip<kScope>(counter, old, timeout_ns, status, rank, phase);
-    fence_acq_rel<kScope>();
+}""", """    spin_for_flip<Scope::gpu>(counter, old, timeout_ns, status, rank, phase);
+    ptx::fence_acq_rel_gpu();
     const unsigned seen = atomicAdd(&g_bchk_cnt[bk], 0u);
     if (seen < static_cast<unsigned>(n)) {
       atomicAdd(&g_bchk_viol, 1u);

@@ -21,5 +21,4 @@ def test_probe_applies_to_the_current_kernels(probe, tmp_path):
     r = subprocess.run([sys.executable, str(ROOT / "bench" / "probes" / probe), str(tmp_path / "k")],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, f"{probe}: {r.stdout[-2000:]}{r.stderr[-2000:]}"
-    edited = [p for p in (tmp_path / "k").rglob("*.cuh")]
-    assert edited, f"{probe} wrote no kernel tree under {tmp_path / 'k'}"
+    assert any((tmp_path / "k").rglob("*.cuh")), f"{probe} wrote no kernel tree under {tmp_path}"

@@ -49,15 +49,6 @@ MEGAMOE_DEVICE void report_timeout_and_trap(u32* status, int rank, u32 phase) {
 // (every rank-local barrier: a rank's CTAs share its GPU) -- cheaper.
 enum class Scope { sys, gpu };
 
-template <Scope kScope>
-MEGAMOE_DEVICE void fence_acq_rel() {
-  if constexpr (kScope == Scope::gpu) {
-    ptx::fence_acq_rel_gpu();
-  } else {
-    ptx::fence_acq_rel_sys();
-  }
-}
-
 // Waits (one thread) until the top bit of *counter differs from that of `old`.
 template <Scope kScope = Scope::sys, class StatusT = u32*, class RankT = int>
 MEGAMOE_DEVICE void spin_for_flip(const u32* counter, u32 old, u64 timeout_ns, StatusT status,
@@ -103,10 +94,10 @@ struct SignalBarrier {
   }
 };
 
-// Barrier over the `n` CTAs of one rank. Every thread's earlier global writes are visible to every
-// thread of those CTAs afterwards; with Scope::sys also ordered for observers on other GPUs (no
-// caller needs that since the cross-rank barrier went to one level).
-template <class Sync = CtaSync, Scope kScope = Scope::gpu, class StatusT = u32*, class RankT = int>
+// Barrier over the `n` CTAs of one rank, at .gpu scope: every thread's earlier global writes are
+// visible to every thread of those CTAs afterwards. (Writes that other GPUs must see are ordered
+// by the cross-rank barrier.)
+template <class Sync = CtaSync, class StatusT = u32*, class RankT = int>
 MEGAMOE_DEVICE void rank_grid_barrier(u32* counter, int cta_in_rank, int n, u64 timeout_ns,
                                       StatusT status, RankT rank, u32 phase) {
   // bar.sync orders the CTA's writes before thread 0's arrival, a release (cumulative).
@@ -116,16 +107,10 @@ MEGAMOE_DEVICE void rank_grid_barrier(u32* counter, int cta_in_rank, int n, u64 
     // address, program order), which must land before the instance can complete. The read and
     // the arrival travel together -- a `red` awaits no reply, where an `atom` returning the old
     // value cost the last CTA to arrive one more round trip to L2 (bench/NOTES.md, v11).
-    const u32 old =
-        kScope == Scope::gpu ? ptx::load_relaxed_gpu(counter) : ptx::load_relaxed_sys(counter);
-    const u32 arrival = arrival_value(cta_in_rank == 0, static_cast<u32>(n));
-    if constexpr (kScope == Scope::gpu) {
-      ptx::red_add_release_gpu(counter, arrival);
-    } else {
-      ptx::red_add_release_sys(counter, arrival);
-    }
-    spin_for_flip<kScope>(counter, old, timeout_ns, status, rank, phase);
-    fence_acq_rel<kScope>();
+    const u32 old = ptx::load_relaxed_gpu(counter);
+    ptx::red_add_release_gpu(counter, arrival_value(cta_in_rank == 0, static_cast<u32>(n)));
+    spin_for_flip<Scope::gpu>(counter, old, timeout_ns, status, rank, phase);
+    ptx::fence_acq_rel_gpu();
   }
   Sync::sync();
 }

@@ -625,8 +625,7 @@ __global__ void __launch_bounds__(kNvfp4Threads, 1)
   }
 
   // Rank-local: fc2_pool is written and read by this rank's CTAs on this GPU only.
-  rank_grid_barrier<CtaSync, Scope::gpu>(grid_counter, cta_in_rank, nctas, a.timeout_ns, status,
-                                         rank, kPhaseAfterFc1);
+  rank_grid_barrier(grid_counter, cta_in_rank, nctas, a.timeout_ns, status, rank, kPhaseAfterFc1);
 
   // ---- phase 2: FC2 into the source ranks' combine slots -----------------------------------
   {

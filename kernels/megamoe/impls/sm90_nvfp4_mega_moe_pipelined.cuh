@@ -677,8 +677,8 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
 
   // The ring already holds the first FC2 blocks: they stream while the barrier waits. Rank-local
   // at .gpu scope for any R: fc2_pool is written and read by this rank's CTAs on this GPU only.
-  rank_grid_barrier<Sync, Scope::gpu>(grid_counter, cta_in_rank, nctas, a.timeout_ns, status, rank,
-                                      kPhaseAfterFc1);
+  rank_grid_barrier<Sync>(grid_counter, cta_in_rank, nctas, a.timeout_ns, status, rank,
+                          kPhaseAfterFc1);
 
   // ---- phase 2: FC2 into the source ranks' combine slots -----------------------------------
   b_tile = -1;
@@ -778,8 +778,8 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
 
   if constexpr (R == 1) {
     // One rank, one launch: the rank's CTAs are every writer of its combine slots.
-    rank_grid_barrier<Sync, Scope::gpu>(grid_counter, cta_in_rank, nctas, a.timeout_ns, status,
-                                        rank, kPhaseAfterFc2);
+    rank_grid_barrier<Sync>(grid_counter, cta_in_rank, nctas, a.timeout_ns, status, rank,
+                            kPhaseAfterFc2);
   } else {
     cross_rank_barrier<Sync>(
         [&](int p) { return reinterpret_cast<u32*>(a.base[p] + a.off_sync + a.sync_rank_barrier); },

@@ -667,8 +667,8 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
   // The rank-local barriers order only this rank's scratch, route list and fc2_pool, written and
   // read by its CTAs on this GPU: .gpu scope for any R.
   auto grid_barrier = [&](u32 phase) {
-    rank_grid_barrier<Sync, Scope::gpu>(grid_counter(), cta_in_rank(), nctas, a.timeout_ns, status,
-                                        rank_of, phase);
+    rank_grid_barrier<Sync>(grid_counter(), cta_in_rank(), nctas, a.timeout_ns, status, rank_of,
+                            phase);
   };
   const int gwarp = cta_in_rank() * kWarps + warp;
 
@@ -817,8 +817,8 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
   }
 
   if constexpr (R == 1) {
-    rank_grid_barrier<Sync, Scope::gpu>(grid_counter(), cta_in_rank(), nctas, a.timeout_ns, status,
-                                        rank_of, kPhaseAfterFc2);
+    rank_grid_barrier<Sync>(grid_counter(), cta_in_rank(), nctas, a.timeout_ns, status, rank_of,
+                            kPhaseAfterFc2);
   } else {
     cross_rank_barrier<Sync>(
         [&](int p) { return reinterpret_cast<u32*>(a.base[p] + a.off_sync + a.sync_rank_barrier); },

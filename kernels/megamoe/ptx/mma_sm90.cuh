@@ -91,12 +91,8 @@ MEGAMOE_DEVICE u64 globaltimer_ns() {
 }
 
 // Counter operations of the barriers. .sys scope: peers may be other GPUs (NCCL provider).
-// Arrivals without a reply.
-MEGAMOE_DEVICE void red_add_release_sys(u32* p, u32 v) {
-  asm volatile("red.release.sys.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-
-// After a fence.acq_rel.sys, a release pattern: several arrivals share one fence.
+// An arrival without a reply; after a fence.acq_rel.sys, a release pattern (several arrivals share
+// one fence).
 MEGAMOE_DEVICE void red_add_relaxed_sys(u32* p, u32 v) {
   asm volatile("red.relaxed.sys.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
