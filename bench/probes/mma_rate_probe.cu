@@ -12,6 +12,9 @@
 // "SOAKW mode<M>_nt<NT> t0 t1 launches words_per_launch word" for bench/probes/power_soak.py:
 // energy per weight word of the two forms at the board's power limit (bench/NOTES.md, twentieth
 // session: the layer is power-bound at T >= 16, the MMAs ~20-30 % of its energy at T = 512).
+// -DMMA_PROBE_WARPS=N sets the warps a CTA (16 as in the kernel; 24 or 32 ask whether more warps
+// a scheduler would raise the decode's issue rate, twenty-fifth session), and
+// MMA_PROBE_BODY_ONLY=1 runs only mode 4 (the kernel's block body) at NT = 1..4.
 // Standalone; build with
 //   nvcc -O3 -std=c++20 -gencode=arch=compute_90a,code=sm_90a -I kernels \
 //        -o mma_rate_probe bench/probes/mma_rate_probe.cu
@@ -35,7 +38,10 @@ namespace nvd = megamoe::device::nvfp4;
 namespace px = megamoe::device::ptx;
 namespace pipe = megamoe::device::nvfp4_pipe;
 
-constexpr int kWarps = 16;
+#ifndef MMA_PROBE_WARPS
+#define MMA_PROBE_WARPS 16
+#endif
+constexpr int kWarps = MMA_PROBE_WARPS;
 constexpr int kK = 512;          // k of the token chunk in shared memory
 constexpr int kSteps = kK / 16;  // k16 steps a pass
 constexpr int kTok = 32;         // token rows in shared memory (up to 4 groups of 8)
@@ -392,6 +398,14 @@ int main() {
   CK(cudaGetDevice(&dev));
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   const int passes = 400;
+  const char* body_only = std::getenv("MMA_PROBE_BODY_ONLY");
+  if (body_only != nullptr && std::atoi(body_only) != 0) {
+    std::vector<float> out;
+    print("mma.sync, the wide kernel's block body", 1, run<4, 1>(sms, passes, 0, 0, out), -1);
+    print("mma.sync, the wide kernel's block body", 2, run<4, 2>(sms, passes, 0, 0, out), -1);
+    print("mma.sync, the wide kernel's block body", 4, run<4, 4>(sms, passes, 0, 0, out), -1);
+    return 0;
+  }
   compare<1>(sms, passes);
   compare<2>(sms, passes);
   compare<3>(sms, passes);
