@@ -6,8 +6,9 @@
 # barrier, around the FC2 barrier (cross-rank for R > 1) and at its end. At its 101st launch,
 # CTA 0 prints the 100th launch's marks as "EPTL rank mark min median max" (us from the earliest
 # CTA's entry; "EPTL_T0 rank ns" is that entry on the GPU's %globaltimer), marks 9-14 from inside
-# the cross-rank barriers (thread 0: after its release fence, its arrivals, its spin). Run the
-# bench on it with MEGAMOE_KERNEL_DIR=DEST MEGAMOE_ALLOW_LOCAL_MEMORY=1, e.g.
+# the cross-rank barriers (thread 0: after its release fence, which at the entry only CTA 0 runs,
+# after its arrivals, after its spin). Run the bench on it with MEGAMOE_KERNEL_DIR=DEST
+# MEGAMOE_ALLOW_LOCAL_MEMORY=1, e.g.
 #   python3 bench/probes/ep_timeline.py /tmp/kern_eptl
 #   MEGAMOE_KERNEL_DIR=/tmp/kern_eptl MEGAMOE_ALLOW_LOCAL_MEMORY=1 \
 #     megamoe bench --ranks 2 --tokens 1 --preset dsv4-flash | grep EPTL
@@ -69,10 +70,10 @@ __device__ __noinline__ void eptl_print(unsigned n, int rank, int nctas) {
 """)
 # Inside the one-level cross-rank barrier: after the release fence, after the arrivals, after the
 # spin (marks 9-11 at the entry barrier, 12-14 at the FC2 barrier).
-barrier.sub("""    ptx::fence_acq_rel_sys();
+barrier.sub("""    if (phase != kPhaseEntry || cta_in_rank == 0) ptx::fence_acq_rel_sys();
     for (int k = 1; k <= num_ranks; ++k) {""", """    const int eptl_j = phase == kPhaseEntry ? 9 : 12;
     const unsigned eptl_n = g_eptl_cur[blockIdx.x];
-    ptx::fence_acq_rel_sys();
+    if (phase != kPhaseEntry || cta_in_rank == 0) ptx::fence_acq_rel_sys();
     eptl_mark(eptl_n, eptl_j, eptl_now());
     for (int k = 1; k <= num_ranks; ++k) {""")
 barrier.sub("""      ptx::red_add_relaxed_sys(counter_of(p), arrival);

@@ -110,7 +110,11 @@ MEGAMOE_DEVICE void rank_grid_barrier(u32* counter, int cta_in_rank, int n, u64 
     const u32 old = ptx::load_relaxed_gpu(counter);
     ptx::red_add_release_gpu(counter, arrival_value(cta_in_rank == 0, static_cast<u32>(n)));
     spin_for_flip<Scope::gpu>(counter, old, timeout_ns, status, rank, phase);
-    ptx::fence_acq_rel_gpu();
+    // No fence here: the spin's ld.acquire synchronizes with every CTA's release, and the bar.sync
+    // below synchronizes thread 0 with the CTA's other threads (PTX ISA, memory model,
+    // "synchronizes-with": a bar.sync synchronizes with the bar.sync of the same barrier), so
+    // every write before any CTA's arrival precedes every read after this barrier in causality
+    // order.
   }
   Sync::sync();
 }
@@ -136,17 +140,20 @@ MEGAMOE_DEVICE void cross_rank_barrier(CounterOf counter_of, int num_ranks, Rank
     // same address, as in rank_grid_barrier.
     const u32 old = ptx::load_relaxed_sys(own);
     const u32 arrival = cross_rank_arrival(rank, num_ranks, cta_in_rank, n);
-    // One release for all R arrivals (a fence, then relaxed adds), peers first, its own last.
-    ptx::fence_acq_rel_sys();
+    // One release for all R arrivals (a fence, then relaxed adds), peers first, its own last. At
+    // the entry a CTA has written nothing the peers read; what they need is the rank's
+    // pre-dispatch, another kernel's writes, which CTA 0 sees after griddepcontrol.wait. So CTA 0
+    // alone releases: its add precedes the counter's last value in observation order (every
+    // later add is an atomic), so its release synchronizes with every peer's acquiring spin. The
+    // other CTAs skip the MEMBAR.SYS (bench/NOTES.md, twenty-fifth session).
+    if (phase != kPhaseEntry || cta_in_rank == 0) ptx::fence_acq_rel_sys();
     for (int k = 1; k <= num_ranks; ++k) {
       const int p = rank + k < num_ranks ? rank + k : rank + k - num_ranks;
       ptx::red_add_relaxed_sys(counter_of(p), arrival);
     }
     spin_for_flip(own, old, timeout_ns, status, rank, phase);
-    // The spin's ld.acquire.sys already synchronizes with every rank's release; this fence only
-    // carries it to the CTA's other threads (bar.sync below), all on this GPU: .gpu scope, ~0.8 us
-    // less than .sys on two H200s (run 209).
-    ptx::fence_acq_rel_gpu();
+    // No fence here either (see rank_grid_barrier): the spin's ld.acquire.sys synchronizes with
+    // every rank's release, the bar.sync below carries it to the CTA's other threads.
   }
   Sync::sync();
 }
