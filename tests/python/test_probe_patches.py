@@ -12,8 +12,8 @@ import pytest
 
 from conftest import ROOT
 
-PROBES = ["ep_timeline.py", "barrier_check.py", "wide_wait_accounting.py", "wide_ablation.py",
-          "wide_l2_variants.py"]
+PROBES = ["ep_timeline.py", "start_timeline.py", "barrier_check.py", "wide_wait_accounting.py",
+          "wide_ablation.py", "wide_l2_variants.py"]
 
 
 @pytest.mark.parametrize("probe", PROBES)

@@ -1,0 +1,155 @@
+# Start of a call of the pipelined NVFP4 kernel at small T (bench/NOTES.md, twenty-fifth session):
+# copies the repository's kernels/ to DEST (default build/kern_start_timeline) with %globaltimer
+# marks where the first weight request and the first token tile are made -- thread 0 on the
+# consumers' side, the producer warp's lane 0 on its own -- and at the phase boundaries. At its
+# 101st launch CTA 0 prints the 100th launch's marks as "T1S mark min median max" (us from the
+# earliest CTA's entry; a mark right after a bar.sync may read early). Marks: 0 entry,
+# 1 griddepcontrol.wait done, 2 phase 0 done, 3 producer branch, 4 first unit's expert, 17 unit
+# published, 18 the stage's pointers, 19 stage armed, 5 first bulk copies issued, 6 producer after
+# the first-tile wait, 7 consumers' first unit taken, 8 routes gathered, 9 token tile in, 10 first
+# unit done, 11 FC1 done, 12 after the FC1 barrier, 13 first FC2 token tile, 14 FC2 done, 15 after
+# the FC2 barrier, 16 end. Run the bench on it, e.g.
+#   python3 bench/probes/start_timeline.py /tmp/kern_start
+#   MEGAMOE_KERNEL_DIR=/tmp/kern_start MEGAMOE_ALLOW_LOCAL_MEMORY=1 MEGAMOE_BENCH_PRESETS=dsv4-flash \
+#     MEGAMOE_BENCH_TOKENS=1 MEGAMOE_BENCH_ROUTINGS=uniform bench_nvfp4_mega_moe OUT | grep T1S
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from kernel_patch import SourceEdit, copy_kernels  # noqa: E402
+
+dst = copy_kernels("kern_start_timeline")
+edit = SourceEdit(os.path.join(dst, "megamoe", "impls", "sm90_nvfp4_mega_moe_pipelined.cuh"))
+sub = edit.sub
+NM = 20
+sub("namespace megamoe::device {\nnamespace nvfp4_pipe {", """namespace megamoe::device {
+__device__ unsigned long long g_t1[2][1024][%d];
+__device__ unsigned g_t1_launch[1024];
+__device__ unsigned g_t1_cur[1024];
+__device__ __forceinline__ void t1_mark(unsigned n, int j) {
+  unsigned long long t;
+  asm volatile("mov.u64 %%0, %%%%globaltimer;" : "=l"(t));
+  g_t1[n & 1u][blockIdx.x][j] = t;
+}
+__device__ __noinline__ void t1_print(unsigned n, int nctas) {
+  if (threadIdx.x != 0 || blockIdx.x != 0 || n != 101u) return;
+  const unsigned b = (n - 1u) & 1u;
+  unsigned long long t0 = ~0ull;
+  for (int c = 0; c < nctas; ++c) t0 = min(t0, g_t1[b][c][0]);
+  for (int j = 0; j < %d; ++j) {
+    unsigned long long lo = ~0ull, hi = 0, med = 0;
+    for (int c = 0; c < nctas; ++c) {
+      const unsigned long long v = g_t1[b][c][j];
+      lo = min(lo, v);
+      hi = max(hi, v);
+      int below = 0, equal = 0;
+      for (int d = 0; d < nctas; ++d) {
+        below += g_t1[b][d][j] < v ? 1 : 0;
+        equal += g_t1[b][d][j] == v ? 1 : 0;
+      }
+      if (below <= nctas / 2 && nctas / 2 < below + equal) med = v;
+    }
+    printf("T1S %%d %%.2f %%.2f %%.2f\\n", j, (lo - t0) * 1e-3, (med - t0) * 1e-3, (hi - t0) * 1e-3);
+  }
+}
+namespace nvfp4_pipe {""" % (NM, NM))
+sub("""  ptx::griddep_wait();
+
+  // Ranks in other processes""", """  unsigned long long t1_t0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1_t0));
+  ptx::griddep_wait();
+  const unsigned t1n = threadIdx.x == 0 ? g_t1_launch[blockIdx.x]++ : 0u;
+  if (threadIdx.x == 0) {
+    g_t1_cur[blockIdx.x] = t1n;
+    g_t1[t1n & 1u][blockIdx.x][0] = t1_t0;
+    t1_mark(t1n, 1);
+  }
+  t1_print(t1n, nctas);
+
+  // Ranks in other processes""")
+sub("""          a, s, first_expert);
+
+  // Tile choice on the device""", """          a, s, first_expert);
+  if (threadIdx.x == 0) t1_mark(t1n, 2);
+  const unsigned t1p = g_t1_cur[blockIdx.x];
+
+  // Tile choice on the device""")
+sub("""      int stage = 0;
+      u32 round = 0;""", """      if (lane == 0) t1_mark(t1p, 3);
+      bool t1_first = true;
+      int stage = 0;
+      u32 round = 0;""")
+sub("""          prev_tile = u.tileg;
+        }""", """          prev_tile = u.tileg;
+        }
+        if (lane == 0 && t1_first) t1_mark(t1p, 4);""")
+sub("""        ++seq;
+        const int nb = u.phase == 0 ? H / 128 : I / 128;""", """        ++seq;
+        if (lane == 0 && t1_first) t1_mark(t1p, 17);
+        const int nb = u.phase == 0 ? H / 128 : I / 128;""")
+sub("""        constexpr int kStep = KW * SB;  // blocks per row group and stage""", """        if (lane == 0 && t1_first) {
+          unsigned long long t;
+          asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t) : "l"(q), "l"(sf));
+          g_t1[t1p & 1u][blockIdx.x][18] = t;
+        }
+        constexpr int kStep = KW * SB;  // blocks per row group and stage""")
+sub("""          __syncwarp();  // the stage's byte count is armed before any of its copies lands""", """          __syncwarp();  // the stage's byte count is armed before any of its copies lands
+          if (lane == 0 && t1_first) t1_mark(t1p, 19);""")
+sub("""            ptx::bulk_load(dst + kStep * 1024, sf + blk * 128, kStep * 128, s.full + stage, policy);
+          }""", """            ptx::bulk_load(dst + kStep * 1024, sf + blk * 128, kStep * 128, s.full + stage, policy);
+          }
+          if (lane == 0 && t1_first) t1_mark(t1p, 5);
+          t1_first = false;""")
+sub("""            FirstTileReady::wait();
+            first_tile_ready = true;
+          }
+        }""", """            FirstTileReady::wait();
+            if (lane == 0) t1_mark(t1p, 6);
+            first_tile_ready = true;
+          }
+        }""")
+sub("""  Stream cs = stream_of(cur, Stream{nullptr, nullptr, 0, RING, -1, 0});""",
+    """  Stream cs = stream_of(cur, Stream{nullptr, nullptr, 0, RING, -1, 0});
+  if (threadIdx.x == 0) t1_mark(t1n, 7);
+  bool t1_c = true;""")
+sub("""      if (warp == 0) nvfp4_moe::gather_tile_routes<K, R, BM>(a, s, first_expert + e, tile);
+      Sync::sync();""", """      if (warp == 0) nvfp4_moe::gather_tile_routes<K, R, BM>(a, s, first_expert + e, tile);
+      Sync::sync();
+      if (threadIdx.x == 0 && t1_c) t1_mark(t1n, 8);""")
+sub("""      if (kStaged && !first_tile_ready) {
+        FirstTileReady::arrive();
+        first_tile_ready = true;
+      }""", """      if (kStaged && !first_tile_ready) {
+        FirstTileReady::arrive();
+        first_tile_ready = true;
+      }
+      if (threadIdx.x == 0 && t1_c) t1_mark(t1n, 9);""")
+sub("""    const float g2 = __ldg(a.fc2_scale[rank] + e);
+    stream_unit(ns);""", """    const float g2 = __ldg(a.fc2_scale[rank] + e);
+    stream_unit(ns);
+    if (threadIdx.x == 0 && t1_c) t1_mark(t1n, 10);
+    t1_c = false;""")
+sub("""  // The ring already holds the first FC2 blocks""", """  if (threadIdx.x == 0) t1_mark(t1n, 11);
+  // The ring already holds the first FC2 blocks""")
+sub("""  // ---- phase 2: FC2 into the source ranks' combine slots""", """  if (threadIdx.x == 0) t1_mark(t1n, 12);
+  t1_c = true;
+  // ---- phase 2: FC2 into the source ranks' combine slots""")
+sub("""          [&](int i) { return mine + a.off_fc2_sf + static_cast<u64>(row0 + i) * a.pitch_fc2_sf; });
+      Sync::sync();""", """          [&](int i) { return mine + a.off_fc2_sf + static_cast<u64>(row0 + i) * a.pitch_fc2_sf; });
+      Sync::sync();
+      if (threadIdx.x == 0 && t1_c) t1_mark(t1n, 13);
+      t1_c = false;""")
+sub("""  if constexpr (R == 1) {
+    // One rank, one launch""", """  if (threadIdx.x == 0) t1_mark(t1n, 14);
+  if constexpr (R == 1) {
+    // One rank, one launch""")
+sub("""  // ---- phase 3: combine the rank's own tokens""", """  if (threadIdx.x == 0) t1_mark(t1n, 15);
+  // ---- phase 3: combine the rank's own tokens""")
+sub("""      a, mine, rank, min(s.src_tokens[rank], a.out_rows[rank]), cta_in_rank, nctas);
+}
+""", """      a, mine, rank, min(s.src_tokens[rank], a.out_rows[rank]), cta_in_rank, nctas);
+  if (threadIdx.x == 0) t1_mark(t1n, 16);
+}
+""")
+edit.save()
+print("instrumented", edit.path)
