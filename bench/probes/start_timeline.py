@@ -8,7 +8,9 @@
 # published, 18 the stage's pointers, 19 stage armed, 5 first bulk copies issued, 6 producer after
 # the first-tile wait, 7 consumers' first unit taken, 8 routes gathered, 9 token tile in, 10 first
 # unit done, 11 FC1 done, 12 after the FC1 barrier, 13 first FC2 token tile, 14 FC2 done, 15 after
-# the FC2 barrier, 16 end. Run the bench on it, e.g.
+# the FC2 barrier, 16 end; per unit k = 0..2 of the CTA (thread 0): 20 + k FC1 unit streamed (its
+# CTA barrier passed), 23 + k its epilogue done, 26 + k / 29 + k the same for FC2. Run the bench on
+# it, e.g.
 #   python3 bench/probes/start_timeline.py /tmp/kern_start
 #   MEGAMOE_KERNEL_DIR=/tmp/kern_start MEGAMOE_ALLOW_LOCAL_MEMORY=1 MEGAMOE_BENCH_PRESETS=dsv4-flash \
 #     MEGAMOE_BENCH_TOKENS=1 MEGAMOE_BENCH_ROUTINGS=uniform bench_nvfp4_mega_moe OUT | grep T1S
@@ -21,7 +23,7 @@ from kernel_patch import SourceEdit, copy_kernels  # noqa: E402
 dst = copy_kernels("kern_start_timeline")
 edit = SourceEdit(os.path.join(dst, "megamoe", "impls", "sm90_nvfp4_mega_moe_pipelined.cuh"))
 sub = edit.sub
-NM = 20
+NM = 32
 sub("namespace megamoe::device {\nnamespace nvfp4_pipe {", """namespace megamoe::device {
 __device__ unsigned long long g_t1[2][1024][%d];
 __device__ unsigned g_t1_launch[1024];
@@ -111,7 +113,8 @@ sub("""            FirstTileReady::wait();
 sub("""  Stream cs = stream_of(cur, Stream{nullptr, nullptr, 0, RING, -1, 0});""",
     """  Stream cs = stream_of(cur, Stream{nullptr, nullptr, 0, RING, -1, 0});
   if (threadIdx.x == 0) t1_mark(t1n, 7);
-  bool t1_c = true;""")
+  bool t1_c = true;
+  int t1_u = 0;  // units of the current phase""")
 sub("""      if (warp == 0) nvfp4_moe::gather_tile_routes<K, R, BM>(a, s, first_expert + e, tile);
       Sync::sync();""", """      if (warp == 0) nvfp4_moe::gather_tile_routes<K, R, BM>(a, s, first_expert + e, tile);
       Sync::sync();
@@ -128,11 +131,13 @@ sub("""    const float g2 = __ldg(a.fc2_scale[rank] + e);
     stream_unit(ns);""", """    const float g2 = __ldg(a.fc2_scale[rank] + e);
     stream_unit(ns);
     if (threadIdx.x == 0 && t1_c) t1_mark(t1n, 10);
+    if (threadIdx.x == 0 && t1_u < 3) t1_mark(t1n, 20 + t1_u);
     t1_c = false;""")
 sub("""  // The ring already holds the first FC2 blocks""", """  if (threadIdx.x == 0) t1_mark(t1n, 11);
   // The ring already holds the first FC2 blocks""")
 sub("""  // ---- phase 2: FC2 into the source ranks' combine slots""", """  if (threadIdx.x == 0) t1_mark(t1n, 12);
   t1_c = true;
+  t1_u = 0;
   // ---- phase 2: FC2 into the source ranks' combine slots""")
 sub("""          [&](int i) { return mine + a.off_fc2_sf + static_cast<u64>(row0 + i) * a.pitch_fc2_sf; });
       Sync::sync();""", """          [&](int i) { return mine + a.off_fc2_sf + static_cast<u64>(row0 + i) * a.pitch_fc2_sf; });
@@ -151,5 +156,25 @@ sub("""      a, mine, rank, min(s.src_tokens[rank], a.out_rows[rank]), cta_in_ra
   if (threadIdx.x == 0) t1_mark(t1n, 16);
 }
 """)
+sub("""    end_unit(nx, ns);
+  }
+
+  if (kStaged && !first_tile_ready) FirstTileReady::arrive();""", """    if (threadIdx.x == 0 && t1_u < 3) t1_mark(t1n, 23 + t1_u);
+    ++t1_u;
+    end_unit(nx, ns);
+  }
+
+  if (kStaged && !first_tile_ready) FirstTileReady::arrive();""")
+sub("""    const float factor = __fmul_rn(__ldg(a.fc2_scale[rank] + e), __ldg(a.alpha2[rank] + e));
+    stream_unit(ns);""", """    const float factor = __fmul_rn(__ldg(a.fc2_scale[rank] + e), __ldg(a.alpha2[rank] + e));
+    stream_unit(ns);
+    if (threadIdx.x == 0 && t1_u < 3) t1_mark(t1n, 26 + t1_u);""")
+sub("""      fc2_store_bf16_rows<H, TMAX, NS, kWarps>(a, s, cur.sub, sub_live, cur.col, factor, y);
+    }
+    end_unit(nx, ns);""", """      fc2_store_bf16_rows<H, TMAX, NS, kWarps>(a, s, cur.sub, sub_live, cur.col, factor, y);
+    }
+    if (threadIdx.x == 0 && t1_u < 3) t1_mark(t1n, 29 + t1_u);
+    ++t1_u;
+    end_unit(nx, ns);""")
 edit.save()
 print("instrumented", edit.path)
