@@ -9,8 +9,8 @@
 # the first-tile wait, 7 consumers' first unit taken, 8 routes gathered, 9 token tile in, 10 first
 # unit done, 11 FC1 done, 12 after the FC1 barrier, 13 first FC2 token tile, 14 FC2 done, 15 after
 # the FC2 barrier, 16 end; per unit k = 0..2 of the CTA (thread 0): 20 + k FC1 unit streamed (its
-# CTA barrier passed), 23 + k its epilogue done, 26 + k / 29 + k the same for FC2. Run the bench on
-# it, e.g.
+# CTA barrier passed), 23 + k its epilogue done, 26 + k / 29 + k the same for FC2, 35 + k FC2 unit
+# k about to stream, 32 + k its first stage full. Run the bench on it, e.g.
 #   python3 bench/probes/start_timeline.py /tmp/kern_start
 #   MEGAMOE_KERNEL_DIR=/tmp/kern_start MEGAMOE_ALLOW_LOCAL_MEMORY=1 MEGAMOE_BENCH_PRESETS=dsv4-flash \
 #     MEGAMOE_BENCH_TOKENS=1 MEGAMOE_BENCH_ROUTINGS=uniform bench_nvfp4_mega_moe OUT | grep T1S
@@ -23,7 +23,7 @@ from kernel_patch import SourceEdit, copy_kernels  # noqa: E402
 dst = copy_kernels("kern_start_timeline")
 edit = SourceEdit(os.path.join(dst, "megamoe", "impls", "sm90_nvfp4_mega_moe_pipelined.cuh"))
 sub = edit.sub
-NM = 32
+NM = 38
 sub("namespace megamoe::device {\nnamespace nvfp4_pipe {", """namespace megamoe::device {
 __device__ unsigned long long g_t1[2][1024][%d];
 __device__ unsigned g_t1_launch[1024];
@@ -167,6 +167,13 @@ sub("""    end_unit(nx, ns);
   if (kStaged && !first_tile_ready) FirstTileReady::arrive();""")
 sub("""    const float factor = __fmul_rn(__ldg(a.fc2_scale[rank] + e), __ldg(a.alpha2[rank] + e));
     stream_unit(ns);""", """    const float factor = __fmul_rn(__ldg(a.fc2_scale[rank] + e), __ldg(a.alpha2[rank] + e));
+    if constexpr (kStaged) {
+      if (threadIdx.x == 0 && t1_u < 3) {
+        t1_mark(t1n, 35 + t1_u);
+        ptx::mbarrier_wait_parity(s.full + pos.stage, pos.parity);
+        t1_mark(t1n, 32 + t1_u);
+      }
+    }
     stream_unit(ns);
     if (threadIdx.x == 0 && t1_u < 3) t1_mark(t1n, 26 + t1_u);""")
 sub("""      fc2_store_bf16_rows<H, TMAX, NS, kWarps>(a, s, cur.sub, sub_live, cur.col, factor, y);
