@@ -18,7 +18,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from kernel_patch import SourceEdit, copy_kernels  # noqa: E402
+from kernel_patch import SourceEdit, copy_kernels, timeline_source  # noqa: E402
 
 dst = copy_kernels("kern_ep_timeline")
 edit = SourceEdit(os.path.join(dst, "megamoe", "impls", "sm90_nvfp4_mega_moe_pipelined.cuh"))
@@ -33,39 +33,13 @@ barrier.sub("namespace megamoe::device {\n", """namespace megamoe::device {
 
 // Marks of a launch in buffer (launch & 1), so that launch n + 1 reads launch n's complete marks
 // while it writes its own; each CTA counts its own launches (one CTA per index and launch).
-__device__ unsigned long long g_eptl[2][1024][16];
-__device__ unsigned g_eptl_launch[1024];
-__device__ unsigned g_eptl_cur[1024];
-__device__ __forceinline__ void eptl_mark(unsigned n, int j, unsigned long long t) {
+""" + timeline_source("eptl", len(MARKS), "EPTL", with_rank=True) + """__device__ __forceinline__ void eptl_mark(unsigned n, int j, unsigned long long t) {
   if (threadIdx.x == 0) g_eptl[n & 1u][blockIdx.x][j] = t;
 }
 __device__ __forceinline__ unsigned long long eptl_now() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
-}
-__device__ __noinline__ void eptl_print(unsigned n, int rank, int nctas) {
-  if (threadIdx.x != 0 || blockIdx.x != 0 || n != 101u) return;
-  const unsigned b = (n - 1u) & 1u;
-  unsigned long long t0 = ~0ull;
-  for (int c = 0; c < nctas; ++c) t0 = min(t0, g_eptl[b][c][0]);
-  printf("EPTL_T0 %d %llu\\n", rank, t0);
-  for (int j = 0; j < 15; ++j) {
-    unsigned long long lo = ~0ull, hi = 0, med = 0;
-    for (int c = 0; c < nctas; ++c) {
-      const unsigned long long v = g_eptl[b][c][j];
-      lo = min(lo, v);
-      hi = max(hi, v);
-      int below = 0, equal = 0;
-      for (int d = 0; d < nctas; ++d) {
-        below += g_eptl[b][d][j] < v ? 1 : 0;
-        equal += g_eptl[b][d][j] == v ? 1 : 0;
-      }
-      if (below <= nctas / 2 && nctas / 2 < below + equal) med = v;
-    }
-    printf("EPTL %d %d %.2f %.2f %.2f\\n", rank, j, (lo - t0) * 1e-3, (med - t0) * 1e-3,
-           (hi - t0) * 1e-3);
-  }
 }
 """)
 # Inside the one-level cross-rank barrier: after the release fence, after the arrivals, after the

@@ -51,3 +51,43 @@ def write_variant(dest, name, edits_by_file):
         edit.save()
     print("wrote", dst)
     return dst
+
+
+def timeline_source(name, marks, tag, with_rank=False):
+    """CUDA source of a per-CTA %globaltimer timeline (ep_timeline.py, start_timeline.py): the marks
+    g_<name>[2][1024][marks] of launch n in buffer n & 1, so that launch n + 1 reads launch n's
+    complete marks while it writes its own; per-CTA launch counters g_<name>_launch / g_<name>_cur;
+    and <name>_print(n, [rank,] nctas), with which CTA 0's thread 0 prints at launch 101 one line
+    "<tag> [rank] mark min median max" per mark (us from the earliest CTA's mark 0) and, with a
+    rank, "<tag>_T0 rank ns" (that mark on the GPU's clock, so that two GPUs' lines align)."""
+    nl = "\\n"  # a newline escape inside the CUDA printf formats
+    rank_param = "int rank, " if with_rank else ""
+    rank_fmt = "%d " if with_rank else ""
+    rank_val = "rank, " if with_rank else ""
+    t0_line = f'  printf("{tag}_T0 %d %llu{nl}", rank, t0);\n' if with_rank else ""
+    return (f"__device__ unsigned long long g_{name}[2][1024][{marks}];\n"
+            f"__device__ unsigned g_{name}_launch[1024];\n"
+            f"__device__ unsigned g_{name}_cur[1024];\n"
+            f"__device__ __noinline__ void {name}_print(unsigned n, {rank_param}int nctas) {{\n"
+            "  if (threadIdx.x != 0 || blockIdx.x != 0 || n != 101u) return;\n"
+            "  const unsigned b = (n - 1u) & 1u;\n"
+            "  unsigned long long t0 = ~0ull;\n"
+            f"  for (int c = 0; c < nctas; ++c) t0 = min(t0, g_{name}[b][c][0]);\n"
+            + t0_line +
+            f"  for (int j = 0; j < {marks}; ++j) {{\n"
+            "    unsigned long long lo = ~0ull, hi = 0, med = 0;\n"
+            "    for (int c = 0; c < nctas; ++c) {\n"
+            f"      const unsigned long long v = g_{name}[b][c][j];\n"
+            "      lo = min(lo, v);\n"
+            "      hi = max(hi, v);\n"
+            "      int below = 0, equal = 0;\n"
+            "      for (int d = 0; d < nctas; ++d) {\n"
+            f"        below += g_{name}[b][d][j] < v ? 1 : 0;\n"
+            f"        equal += g_{name}[b][d][j] == v ? 1 : 0;\n"
+            "      }\n"
+            "      if (below <= nctas / 2 && nctas / 2 < below + equal) med = v;\n"
+            "    }\n"
+            f'    printf("{tag} {rank_fmt}%d %.2f %.2f %.2f{nl}", {rank_val}j, (lo - t0) * 1e-3,\n'
+            "           (med - t0) * 1e-3, (hi - t0) * 1e-3);\n"
+            "  }\n"
+            "}\n")

@@ -18,43 +18,19 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from kernel_patch import SourceEdit, copy_kernels  # noqa: E402
+from kernel_patch import SourceEdit, copy_kernels, timeline_source  # noqa: E402
 
 dst = copy_kernels("kern_start_timeline")
 edit = SourceEdit(os.path.join(dst, "megamoe", "impls", "sm90_nvfp4_mega_moe_pipelined.cuh"))
 sub = edit.sub
 NM = 38
 sub("namespace megamoe::device {\nnamespace nvfp4_pipe {", """namespace megamoe::device {
-__device__ unsigned long long g_t1[2][1024][%d];
-__device__ unsigned g_t1_launch[1024];
-__device__ unsigned g_t1_cur[1024];
-__device__ __forceinline__ void t1_mark(unsigned n, int j) {
+""" + timeline_source("t1", NM, "T1S") + """__device__ __forceinline__ void t1_mark(unsigned n, int j) {
   unsigned long long t;
-  asm volatile("mov.u64 %%0, %%%%globaltimer;" : "=l"(t));
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   g_t1[n & 1u][blockIdx.x][j] = t;
 }
-__device__ __noinline__ void t1_print(unsigned n, int nctas) {
-  if (threadIdx.x != 0 || blockIdx.x != 0 || n != 101u) return;
-  const unsigned b = (n - 1u) & 1u;
-  unsigned long long t0 = ~0ull;
-  for (int c = 0; c < nctas; ++c) t0 = min(t0, g_t1[b][c][0]);
-  for (int j = 0; j < %d; ++j) {
-    unsigned long long lo = ~0ull, hi = 0, med = 0;
-    for (int c = 0; c < nctas; ++c) {
-      const unsigned long long v = g_t1[b][c][j];
-      lo = min(lo, v);
-      hi = max(hi, v);
-      int below = 0, equal = 0;
-      for (int d = 0; d < nctas; ++d) {
-        below += g_t1[b][d][j] < v ? 1 : 0;
-        equal += g_t1[b][d][j] == v ? 1 : 0;
-      }
-      if (below <= nctas / 2 && nctas / 2 < below + equal) med = v;
-    }
-    printf("T1S %%d %%.2f %%.2f %%.2f\\n", j, (lo - t0) * 1e-3, (med - t0) * 1e-3, (hi - t0) * 1e-3);
-  }
-}
-namespace nvfp4_pipe {""" % (NM, NM))
+namespace nvfp4_pipe {""")
 sub("""  ptx::griddep_wait();
 
   // Ranks in other processes""", """  unsigned long long t1_t0;
