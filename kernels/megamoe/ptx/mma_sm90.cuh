@@ -131,8 +131,4 @@ MEGAMOE_DEVICE u32 load_acquire_gpu(const u32* p) {
   return v;
 }
 
-MEGAMOE_DEVICE void fence_acq_rel_gpu() {
-  asm volatile("fence.acq_rel.gpu;" ::: "memory");
-}
-
 }  // namespace megamoe::device::ptx
