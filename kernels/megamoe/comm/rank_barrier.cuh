@@ -141,11 +141,12 @@ MEGAMOE_DEVICE void cross_rank_barrier(CounterOf counter_of, int num_ranks, Rank
     const u32 old = ptx::load_relaxed_sys(own);
     const u32 arrival = cross_rank_arrival(rank, num_ranks, cta_in_rank, n);
     // One release for all R arrivals (a fence, then relaxed adds), peers first, its own last. At
-    // the entry a CTA has written nothing the peers read; what they need is the rank's
-    // pre-dispatch, another kernel's writes, which CTA 0 sees after griddepcontrol.wait. So CTA 0
-    // alone releases: its add precedes the counter's last value in observation order (every
-    // later add is an atomic), so its release synchronizes with every peer's acquiring spin. The
-    // other CTAs skip the MEMBAR.SYS (bench/NOTES.md, twenty-fifth session).
+    // the entry a CTA has done nothing the peers depend on; they depend on the rank's
+    // pre-dispatch having written its inputs and on its previous call having read its combine
+    // slots -- other kernels' work, which CTA 0 sees after griddepcontrol.wait. So CTA 0 alone
+    // releases: its add precedes the counter's last value in observation order (every later add
+    // is an atomic), so its release synchronizes with every peer's acquiring spin. The other CTAs
+    // skip the MEMBAR.SYS (bench/NOTES.md, twenty-fifth session).
     if (phase != kPhaseEntry || cta_in_rank == 0) ptx::fence_acq_rel_sys();
     for (int k = 1; k <= num_ranks; ++k) {
       const int p = rank + k < num_ranks ? rank + k : rank + k - num_ranks;
