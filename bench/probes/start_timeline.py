@@ -9,8 +9,9 @@
 # the first-tile wait, 7 consumers' first unit taken, 8 routes gathered, 9 token tile in, 10 first
 # unit done, 11 FC1 done, 12 after the FC1 barrier, 13 first FC2 token tile, 14 FC2 done, 15 after
 # the FC2 barrier, 16 end; per unit k = 0..2 of the CTA (thread 0): 20 + k FC1 unit streamed (its
-# CTA barrier passed), 23 + k its epilogue done, 26 + k / 29 + k the same for FC2, 35 + k FC2 unit
-# k about to stream, 32 + k its first stage full. Run the bench on it, e.g.
+# CTA barrier passed), 23 + k its epilogue done, 26 + k / 29 + k the same for FC2, 38 + k the next
+# unit taken after FC2 unit k, 35 + k FC2 unit k about to stream, 32 + k its first stage full. Run
+# the bench on it, e.g.
 #   python3 bench/probes/start_timeline.py /tmp/kern_start
 #   MEGAMOE_KERNEL_DIR=/tmp/kern_start MEGAMOE_ALLOW_LOCAL_MEMORY=1 MEGAMOE_BENCH_PRESETS=dsv4-flash \
 #     MEGAMOE_BENCH_TOKENS=1 MEGAMOE_BENCH_ROUTINGS=uniform bench_nvfp4_mega_moe OUT | grep T1S
@@ -23,7 +24,7 @@ from kernel_patch import SourceEdit, copy_kernels, timeline_source  # noqa: E402
 dst = copy_kernels("kern_start_timeline")
 edit = SourceEdit(os.path.join(dst, "megamoe", "impls", "sm90_nvfp4_mega_moe_pipelined.cuh"))
 sub = edit.sub
-NM = 38
+NM = 41
 sub("namespace megamoe::device {\nnamespace nvfp4_pipe {", """namespace megamoe::device {
 """ + timeline_source("t1", NM, "T1S") + """__device__ __forceinline__ void t1_mark(unsigned n, int j) {
   unsigned long long t;
@@ -158,6 +159,7 @@ sub("""      fc2_store_bf16_rows<H, TMAX, NS, kWarps>(a, s, cur.sub, sub_live, c
     }
     if (threadIdx.x == 0 && t1_u < 3) t1_mark(t1n, 29 + t1_u);
     ++t1_u;
-    end_unit(nx, ns);""")
+    end_unit(nx, ns);
+    if (threadIdx.x == 0 && t1_u <= 3) t1_mark(t1n, 37 + t1_u);""")
 edit.save()
 print("instrumented", edit.path)
