@@ -8,7 +8,6 @@
 #include <nccl.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -18,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "accuracy.hpp"
 #include "megamoe/buffer.hpp"
 #include "megamoe/error.hpp"
 #include "megamoe/formats.hpp"
@@ -98,14 +98,21 @@ std::string barrier_phase_name(std::uint32_t phase) {
   }
 }
 
+// The items joined by `sep`.
+std::string join(const std::vector<std::string>& items, const char* sep) {
+  std::string s;
+  for (const std::string& item : items) s += (s.empty() ? "" : sep) + item;
+  return s;
+}
+
 // "128" for a uniform row, "0/37" for a ragged one.
 std::string row_label(const std::vector<std::int64_t>& row) {
   const bool uniform =
       std::all_of(row.begin(), row.end(), [&](std::int64_t t) { return t == row.front(); });
   if (uniform) return std::to_string(row.front());
-  std::string s;
-  for (const std::int64_t t : row) s += (s.empty() ? "" : "/") + std::to_string(t);
-  return s;
+  std::vector<std::string> counts;
+  for (const std::int64_t t : row) counts.push_back(std::to_string(t));
+  return join(counts, "/");
 }
 
 double median(std::vector<double> v) {
@@ -159,23 +166,11 @@ struct Table {
   }
 };
 
-// Cosine similarity and relative L2 distance of two bf16 arrays of one size (a against b).
-struct Closeness {
-  double cosine = 1.0, rel_l2 = 0.0;
-};
-Closeness closeness(const std::vector<std::uint16_t>& a, const std::vector<std::uint16_t>& b) {
-  double dot = 0, na = 0, nb = 0, diff = 0;
-  for (std::size_t j = 0; j < a.size() && j < b.size(); ++j) {
-    const double x = formats::bf16_to_float(a[j]), y = formats::bf16_to_float(b[j]);
-    dot += x * y;
-    na += x * x;
-    nb += y * y;
-    diff += (x - y) * (x - y);
-  }
-  Closeness c;
-  if (na > 0 || nb > 0) c.cosine = dot / std::sqrt(na * nb + 1e-300);
-  c.rel_l2 = nb > 0 ? std::sqrt(diff / nb) : std::sqrt(diff);
-  return c;
+std::vector<double> values_of(const std::vector<std::uint16_t>& bf16_bits) {
+  std::vector<double> v(bf16_bits.size());
+  std::transform(bf16_bits.begin(), bf16_bits.end(), v.begin(),
+                 [](std::uint16_t x) { return formats::bf16_to_float(x); });
+  return v;
 }
 
 // The comparison of every rank's NCCL output with the virtual run, on rank 0: "" when every
@@ -198,9 +193,9 @@ std::string compare_with_virtual(const std::vector<std::string>& gathered,
     all_equal = false;
     char line[320];
     if (!bitwise && multi.size() == local.size()) {
-      const Closeness near = closeness(multi, local);
+      const Accuracy near = compare(values_of(multi), values_of(local));
       worst = std::max(worst, near.rel_l2);
-      if (near.cosine >= 0.99999 && near.rel_l2 <= 1e-3) continue;
+      if (near.non_finite == 0 && near.cosine >= 0.99999 && near.rel_l2 <= 1e-3) continue;
       std::snprintf(line, sizeof(line),
                     "rank %d T=%s: cosine %.8f, relative L2 %.3e against the virtual run (gates "
                     "0.99999, 1e-3)\n",
@@ -501,24 +496,20 @@ int run_bench_rank(const MultiGpuBenchOptions& o, RankChannel& ch) {
       // "8", or with a choice on the device "8 / 32 (ran 32, 8)": the table's tile, the
       // alternative and what each rank ran. Ranks whose counts give different tables (ragged
       // rows): "8, 16 (ran 8, 16)".
-      std::string bm_md = std::to_string(table_bm), bm_csv, passes_csv, tables_csv;
-      for (const std::string& t : tables) tables_csv += (tables_csv.empty() ? "" : ";") + t;
+      std::string bm_md = std::to_string(table_bm);
+      const std::string tables_csv = join(tables, ";"), bm_csv = join(ran, ";"),
+                        passes_csv = join(passes, ";"), ran_list = join(ran, ", ");
       const bool one_table = std::all_of(tables.begin(), tables.end(),
                                          [&](const std::string& t) { return t == tables.front(); });
-      for (const std::string& r : ran) bm_csv += (bm_csv.empty() ? "" : ";") + r;
-      for (const std::string& p : passes) passes_csv += (passes_csv.empty() ? "" : ";") + p;
-      std::string times_csv;
+      std::vector<std::string> times_us;
       for (const std::string& t : times) {
         char us[32];
         std::snprintf(us, sizeof(us), "%.1f", std::atof(t.c_str()) * 1e3);
-        times_csv += (times_csv.empty() ? "" : ";") + std::string(us);
+        times_us.emplace_back(us);
       }
-      std::string ran_list;
-      for (const std::string& r : ran) ran_list += (ran_list.empty() ? "" : ", ") + r;
+      const std::string times_csv = join(times_us, ";");
       if (!one_table) {
-        bm_md.clear();
-        for (const std::string& t : tables) bm_md += (bm_md.empty() ? "" : ", ") + t;
-        bm_md += " (ran " + ran_list + ")";
+        bm_md = join(tables, ", ") + " (ran " + ran_list + ")";
       } else if (const std::optional<int> alt = get_device_choice_block_m_for_mega_moe(c, T)) {
         bm_md += " / " + std::to_string(*alt) + " (ran " + ran_list + ")";
       }

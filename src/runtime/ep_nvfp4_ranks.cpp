@@ -153,14 +153,14 @@ void EpNvfp4Ranks::set_rank_tokens(const std::vector<std::int64_t>& counts) {
   const bool uniform = std::all_of(counts.begin(), counts.end(),
                                    [&](std::int64_t t) { return t == counts.front(); });
   // One input set per row of counts, the same in every process (uniform rows keep the seed they
-  // always had): largest tokens per rank drawn, each rank keeping its first counts[r].
+  // always had): largest tokens per rank drawn (at least one), each rank keeping its first
+  // counts[r].
   const std::uint64_t seed = setup_.seed * 1000003ull + static_cast<std::uint64_t>(largest) +
                              (uniform ? 0 : mix * 0x9E3779B97F4A7C15ull);
-  const reference::MoEInputs full =
-      reference::random_inputs(c, std::max<std::int64_t>(largest, 1), setup_.routing, seed);
+  const std::int64_t drawn = std::max<std::int64_t>(largest, 1);
+  const reference::MoEInputs full = reference::random_inputs(c, drawn, setup_.routing, seed);
   const std::int64_t h = c.shape.hidden, k = c.shape.top_k;
-  inputs_ =
-      reference::first_tokens_of_each_rank(c, full, std::max<std::int64_t>(largest, 1), counts);
+  inputs_ = reference::first_tokens_of_each_rank(c, full, drawn, counts);
   rank_tokens_ = counts;
   pd_.clear();
   outputs_.clear();
