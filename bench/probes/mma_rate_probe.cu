@@ -15,6 +15,13 @@
 // -DMMA_PROBE_WARPS=N sets the warps a CTA (16 as in the kernel; 24 or 32 ask whether more warps
 // a scheduler would raise the decode's issue rate, twenty-fifth session), and
 // MMA_PROBE_BODY_ONLY=1 runs only mode 4 (the kernel's block body) at NT = 1..4.
+// MMA_PROBE_T1=1 asks why the pipelined kernel's T = 1 units decode at ~37-41 KB/us a SM where
+// mode 4 reaches ~52 (bench/NOTES.md, twenty-sixth session): mode 4 at NT = 1 (a) alone, (b)
+// with lanes of token rows >= 1 reading row 0's B fragments instead of their own (one live token,
+// as at T = 1: fewer distinct shared-memory addresses a load; column 0 must stay bitwise equal),
+// (c) with an extra warp streaming HBM into a separate shared-memory ring by bulk copies
+// (`cp.async.bulk`, 16 KB at a time) while the consumers decode, as the kernel's producer does,
+// and (d) both.
 // Standalone; build with
 //   nvcc -O3 -std=c++20 -gencode=arch=compute_90a,code=sm_90a -I kernels \
 //        -o mma_rate_probe bench/probes/mma_rate_probe.cu
@@ -26,6 +33,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "megamoe/formats/nvfp4_fragment_decode.cuh"
@@ -144,6 +152,16 @@ struct Shared {
   alignas(128) uint16_t tokp[kTok * (kK + 8)];  // the kernel's paired layout (mode 4)
 };
 
+// The copier's ring (MMA_PROBE_T1 with copies): kCopySlots buffers of kCopyBytes, one mbarrier
+// each (the copier's expect_tx arrival + the bytes), and the consumer warps that have finished.
+constexpr int kCopySlots = 4;
+constexpr unsigned kCopyBytes = 16 * 1024;
+struct CopyRing {
+  alignas(128) unsigned char buf[kCopySlots][kCopyBytes];
+  megamoe::device::u64 full[kCopySlots];
+  int consumers_done;
+};
+
 __device__ __forceinline__ u32 word_at(const Shared& s, int warp, int q, int lane) {
   return s.words[warp][q >> 3][(q >> 2) & 1][lane][q & 3];
 }
@@ -170,18 +188,57 @@ __device__ void fill(Shared& s, u32 seed) {
   }
 }
 
+// The copier warp (COPY): streams src (HBM: the CTAs' slices together are larger than L2) into
+// the ring until every consumer warp is done, then waits for its copies in flight; records the
+// bytes and nanoseconds it streamed.
+__device__ void copier(CopyRing& r, const unsigned char* src, size_t slice, long long* copied) {
+  const int lane = threadIdx.x & 31;
+  if (lane == 0) {
+    const u64 policy = px::l2_evict_first_policy();
+    const unsigned char* mine = src + blockIdx.x * slice;
+    const u64 t0 = px::globaltimer_ns();
+    long long n = 0;
+    for (; *reinterpret_cast<volatile int*>(&r.consumers_done) < kWarps; ++n) {
+      const int q = static_cast<int>(n % kCopySlots);
+      if (n >= kCopySlots) {
+        px::mbarrier_wait_parity(&r.full[q], static_cast<u32>((n / kCopySlots - 1) & 1));
+      }
+      px::mbarrier_arrive_expect_tx(&r.full[q], kCopyBytes);
+      px::bulk_load(r.buf[q], mine + (n * kCopyBytes) % slice, kCopyBytes, &r.full[q], policy);
+    }
+    for (long long m = n > kCopySlots ? n - kCopySlots : 0; m < n; ++m) {
+      px::mbarrier_wait_parity(&r.full[m % kCopySlots], static_cast<u32>((m / kCopySlots) & 1));
+    }
+    copied[2 * blockIdx.x] = n * static_cast<long long>(kCopyBytes);
+    copied[2 * blockIdx.x + 1] = static_cast<long long>(px::globaltimer_ns() - t0);
+  }
+}
+
 // Mode 0: mma.sync, NT groups. Mode 1: wgmma N = 8 NT, A from registers (2: one group in
 // flight). Mode 3: mode 0 with the e4m3-conversion decode. Mode 4: the wide kernel's block body
-// (nvfp4_pipe::block_mma). Mode 5: wgmma, 4 steps a fence / commit / wait (one group in flight).
-template <int MODE, int NT>
-__global__ void __launch_bounds__(kWarps * 32, 1)
+// (nvfp4_pipe::block_mma); `live_rows` < 8 (NT = 1): lanes of token rows at or past it read row
+// 0's B fragments. Mode 5: wgmma, 4 steps a fence / commit / wait (one group in flight). COPY:
+// one more warp runs `copier` during the consumers' loop.
+template <int MODE, int NT, bool COPY = false>
+__global__ void __launch_bounds__(kWarps * 32 + (COPY ? 32 : 0), 1)
     rate_kernel(int passes, u32 seed, u32 lbo, u32 sbo, float* sums, long long* cycles,
-                long long* nanos) {
+                long long* nanos, int live_rows = 8, const unsigned char* copy_src = nullptr,
+                size_t copy_slice = 0, long long* copied = nullptr) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   Shared& s = *reinterpret_cast<Shared*>(smem_raw);
+  CopyRing& ring = *reinterpret_cast<CopyRing*>(smem_raw + (sizeof(Shared) + 127) / 128 * 128);
+  if (COPY && threadIdx.x == 0) {
+    for (int q = 0; q < kCopySlots; ++q) px::mbarrier_init(&ring.full[q], 1);
+    ring.consumers_done = 0;
+    px::fence_mbarrier_init();
+  }
   fill(s, seed);
   __syncthreads();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (COPY && warp == kWarps) {
+    copier(ring, copy_src, copy_slice, copied);
+    return;
+  }
   const int g = lane >> 2, t = lane & 3;
   float acc[NT][4] = {};
   Acc<8 * NT> wacc = {};
@@ -189,7 +246,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   const long long c0 = clock64();
   const u64 n0 = px::globaltimer_ns();
   // Mode 4: this lane's view of the paired token chunk (nvfp4_pipe::lane_token_block at block 0).
-  const uint16_t* bl = s.tokp + g * (kK + 8) + pipe::paired_load_index(0, 0, t);
+  const int row = NT == 1 && g >= live_rows ? 0 : g;
+  const uint16_t* bl = s.tokp + row * (kK + 8) + pipe::paired_load_index(0, 0, t);
   for (int p = 0; p < passes; ++p) {
     if constexpr (MODE == 4) {
 #pragma unroll
@@ -265,6 +323,10 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   }
   const long long c1 = clock64();
   const u64 n1 = px::globaltimer_ns();
+  if (COPY) {
+    __syncwarp();
+    if (lane == 0) atomicAdd(&ring.consumers_done, 1);
+  }
   // Per thread: its fragment of the 16 x (8 NT) result, [cta][warp][nt][i][lane].
   float* o = sums + ((static_cast<size_t>(blockIdx.x) * kWarps + warp) * NT * 4) * 32;
 #pragma unroll
@@ -285,11 +347,24 @@ struct Rate {
   double ghz;
 };
 
-template <int MODE, int NT>
-Rate run(int sms, int passes, u32 lbo, u32 sbo, std::vector<float>& out) {
-  const size_t smem = sizeof(Shared);
-  CK(cudaFuncSetAttribute(rate_kernel<MODE, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+// The copier's achieved stream (COPY runs): KB/us a SM, the mean over the CTAs of the last pass.
+double g_copy_kb_per_us = 0;
+
+template <int MODE, int NT, bool COPY = false>
+Rate run(int sms, int passes, u32 lbo, u32 sbo, std::vector<float>& out, int live_rows = 8) {
+  const size_t smem = COPY ? (sizeof(Shared) + 127) / 128 * 128 + sizeof(CopyRing) : sizeof(Shared);
+  const int threads = kWarps * 32 + (COPY ? 32 : 0);
+  CK(cudaFuncSetAttribute(rate_kernel<MODE, NT, COPY>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                           static_cast<int>(smem)));
+  // 2 MB a CTA: 264 MB over 132 SMs, more than L2 holds, so the copies stream from HBM.
+  const size_t slice = COPY ? size_t{2} << 20 : 0;
+  unsigned char* src = nullptr;
+  long long* copied = nullptr;
+  if (COPY) {
+    CK(cudaMalloc(&src, slice * sms));
+    CK(cudaMemset(src, 0x5A, slice * sms));
+    CK(cudaMalloc(&copied, 2 * sms * sizeof(long long)));
+  }
   float* sums;
   long long *cyc, *ns;
   const size_t n = static_cast<size_t>(sms) * kWarps * NT * 4 * 32;
@@ -298,9 +373,17 @@ Rate run(int sms, int passes, u32 lbo, u32 sbo, std::vector<float>& out) {
   CK(cudaMalloc(&ns, sms * kWarps * sizeof(long long)));
   Rate best{1e30, 1e30, 0};
   for (int rep = 0; rep < 3; ++rep) {
-    rate_kernel<MODE, NT><<<sms, kWarps * 32, smem>>>(passes, 12345u, lbo, sbo, sums, cyc, ns);
+    rate_kernel<MODE, NT, COPY><<<sms, threads, smem>>>(passes, 12345u, lbo, sbo, sums, cyc, ns,
+                                                        live_rows, src, slice, copied);
     CK(cudaGetLastError());
     CK(cudaDeviceSynchronize());
+    if (COPY) {
+      std::vector<long long> cp(2 * sms);
+      CK(cudaMemcpy(cp.data(), copied, cp.size() * sizeof(long long), cudaMemcpyDeviceToHost));
+      double kb_per_us = 0;
+      for (int b = 0; b < sms; ++b) kb_per_us += cp[2 * b] / 1024.0 / (cp[2 * b + 1] * 1e-3);
+      g_copy_kb_per_us = kb_per_us / sms;
+    }
     std::vector<long long> c(sms * kWarps), t(sms * kWarps);
     CK(cudaMemcpy(c.data(), cyc, c.size() * sizeof(long long), cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(t.data(), ns, t.size() * sizeof(long long), cudaMemcpyDeviceToHost));
@@ -328,7 +411,8 @@ Rate run(int sms, int passes, u32 lbo, u32 sbo, std::vector<float>& out) {
     long long launches = 0;
     const double t0 = now();
     for (;; ++launches) {
-      rate_kernel<MODE, NT><<<sms, kWarps * 32, smem>>>(passes, 12345u, lbo, sbo, sums, cyc, ns);
+      rate_kernel<MODE, NT, COPY><<<sms, threads, smem>>>(passes, 12345u, lbo, sbo, sums, cyc, ns,
+                                                          live_rows, src, slice, copied);
       CK(cudaEventRecord(done[launches & 1]));
       if (launches > 0) CK(cudaEventSynchronize(done[(launches - 1) & 1]));
       if ((now() - t0) * 1e3 >= soak_ms) break;
@@ -344,6 +428,10 @@ Rate run(int sms, int passes, u32 lbo, u32 sbo, std::vector<float>& out) {
   }
   out.resize(n);
   CK(cudaMemcpy(out.data(), sums, n * sizeof(float), cudaMemcpyDeviceToHost));
+  if (COPY) {
+    CK(cudaFree(src));
+    CK(cudaFree(copied));
+  }
   CK(cudaFree(sums));
   CK(cudaFree(cyc));
   CK(cudaFree(ns));
@@ -393,11 +481,51 @@ void compare(int sms, int passes) {
   print("wgmma RS, 4 steps a fence, wait1", NT, r5, rel_l2(a, b));
 }
 
+// Column 0 (token 0) of every fragment equal bit for bit, every other column of `b` zero or
+// anything: the B rows clamped to row 0 change only the columns of dead tokens. Returns the
+// mismatches in column 0.
+long long column0_mismatches(const std::vector<float>& a, const std::vector<float>& b) {
+  long long bad = 0;
+  // [cta][warp][nt = 0][i][lane]: elements i = 0 and 2 of lanes with t = 0 are column 0.
+  for (size_t f = 0; f + 128 <= a.size(); f += 128) {
+    for (int i : {0, 2}) {
+      for (int lane = 0; lane < 32; lane += 4) {
+        const size_t at = f + i * 32 + lane;
+        if (std::memcmp(&a[at], &b[at], sizeof(float)) != 0) ++bad;
+      }
+    }
+  }
+  return bad;
+}
+
+void t1_variants(int sms, int passes) {
+  std::vector<float> plain, out;
+  const Rate ra = run<4, 1>(sms, passes, 0, 0, plain);
+  print("block body", 1, ra, -1);
+  const Rate rb = run<4, 1>(sms, passes, 0, 0, out, 1);
+  print("block body, B rows >= 1 read row 0", 1, rb, -1);
+  std::printf("  column 0 mismatches against the block body: %lld\n",
+              column0_mismatches(plain, out));
+  const Rate rc = run<4, 1, true>(sms, passes, 0, 0, out);
+  print("block body + bulk-copy stream", 1, rc, -1);
+  std::printf("  copier: %.1f KB/us a SM; column 0 mismatches: %lld\n", g_copy_kb_per_us,
+              column0_mismatches(plain, out));
+  const Rate rd = run<4, 1, true>(sms, passes, 0, 0, out, 1);
+  print("B rows clamped + bulk-copy stream", 1, rd, -1);
+  std::printf("  copier: %.1f KB/us a SM; column 0 mismatches: %lld\n", g_copy_kb_per_us,
+              column0_mismatches(plain, out));
+}
+
 int main() {
   int dev = 0, sms = 0;
   CK(cudaGetDevice(&dev));
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   const int passes = 400;
+  const char* t1 = std::getenv("MMA_PROBE_T1");
+  if (t1 != nullptr && std::atoi(t1) != 0) {
+    t1_variants(sms, passes);
+    return 0;
+  }
   const char* body_only = std::getenv("MMA_PROBE_BODY_ONLY");
   if (body_only != nullptr && std::atoi(body_only) != 0) {
     std::vector<float> out;
