@@ -9,9 +9,10 @@
 # gpu_test_nvfp4_mega_moe and COMMIT (scripts/devbin.sh); logs land in OUT, the summary prints last.
 #   bash bench/probes/t1_decode_questions.sh BIN OUT
 set -u
-B=$1
-OUT=$2
-mkdir -p "$OUT"
+mkdir -p "$2"
+B=$(cd "$1" && pwd)
+OUT=$(cd "$2" && pwd)
+cd "$(dirname "$0")/../.."  # the repository root: kernels/ and the probes
 S=$OUT/summary.txt
 {
   echo "date $(date -u +%FT%TZ) commit $(tr '\n' ' ' <"$B/COMMIT")"
