@@ -15,13 +15,17 @@
 // -DMMA_PROBE_WARPS=N sets the warps a CTA (16 as in the kernel; 24 or 32 ask whether more warps
 // a scheduler would raise the decode's issue rate, twenty-fifth session), and
 // MMA_PROBE_BODY_ONLY=1 runs only mode 4 (the kernel's block body) at NT = 1..4.
-// MMA_PROBE_T1=1 asks why the pipelined kernel's T = 1 units decode at ~37-41 KB/us a SM where
-// mode 4 reaches ~52 (bench/NOTES.md, twenty-sixth session): mode 4 at NT = 1 (a) alone, (b)
-// with lanes of token rows >= 1 reading row 0's B fragments instead of their own (one live token,
-// as at T = 1: fewer distinct shared-memory addresses a load; column 0 must stay bitwise equal),
-// (c) with an extra warp streaming HBM into a separate shared-memory ring by bulk copies
-// (`cp.async.bulk`, 16 KB at a time) while the consumers decode, as the kernel's producer does,
-// and (d) both.
+// MMA_PROBE_T1=1 asks why the pipelined kernel's T = 1 units decode at ~37-41 KB/us a SM (bench/
+// NOTES.md, twenty-sixth and twenty-seventh sessions): mode 4 at NT = 1 alone, with lanes of token
+// rows >= 1 reading row 0's B fragments (one live token, as at T = 1; column 0 must stay bitwise
+// equal), and beside a 17th warp that streams into a separate shared-memory ring in the ways of
+// `copier` (bulk copies of 16 KB or 256 B, spinning or sleeping waits, from HBM or L2; cp.async;
+// plain loads into registers; idle).
+// Every pass reads the words and scales afresh from shared memory (a compiler memory clobber) and
+// a block's four scale words come from one 16-byte load, as in the kernels: before the
+// twenty-seventh session the compiler kept decoded fragments of the pass-invariant words and
+// shared the repeated scale words, so mode 4 ran 447 instructions a pass at NT = 1 against the
+// kernel's 564 for the same four blocks, and read ~52 KB/us a SM where the kernel's body runs ~45.
 // Standalone; build with
 //   nvcc -O3 -std=c++20 -gencode=arch=compute_90a,code=sm_90a -I kernels \
 //        -o mma_rate_probe bench/probes/mma_rate_probe.cu
@@ -50,6 +54,9 @@ namespace pipe = megamoe::device::nvfp4_pipe;
 #define MMA_PROBE_WARPS 16
 #endif
 constexpr int kWarps = MMA_PROBE_WARPS;
+// Warps past 16 read the words and scales of warp w % 16: 24 or 32 warps of their own would not
+// fit in shared memory beside the token chunks.
+constexpr int kDataWarps = kWarps < 16 ? kWarps : 16;
 constexpr int kK = 512;          // k of the token chunk in shared memory
 constexpr int kSteps = kK / 16;  // k16 steps a pass
 constexpr int kTok = 32;         // token rows in shared memory (up to 4 groups of 8)
@@ -146,15 +153,19 @@ __device__ __forceinline__ nvd::HalfFragment decode_via_e4m3(u32 word, u32 sp) {
 struct Shared {
   // A warp's nibble words in the wide kernel's stage order: per 128-k block, words 0..3 of every
   // lane, then words 4..7 (two 16-byte loads a lane and block); word_at names step q's word.
-  u32 words[kWarps][kSteps / 8][2][32][4];
-  u32 scales[kWarps][kSteps / 4][32];
+  u32 words[kDataWarps][kSteps / 8][2][32][4];
+  u32 scales[kDataWarps][kSteps / 4][32];
+  // Mode 4: a block's four scale words as the kernel loads them (one 16-byte load), holding
+  // scales 2 d, 2 d, 2 d + 1, 2 d + 1 of `scales` -- equal values the compiler cannot see as equal
+  // (read as scw[q / 2] they must not share work that the kernel's four distinct words cannot).
+  px::u32x4 scw4[kDataWarps][kSteps / 8][32];
   alignas(128) uint16_t tok[kTok * kK];         // core matrices (wgmma); modes 0 and 3 too
   alignas(128) uint16_t tokp[kTok * (kK + 8)];  // the kernel's paired layout (mode 4)
 };
 
 // The copier's ring (MMA_PROBE_T1 with copies): kCopySlots buffers of kCopyBytes, one mbarrier
 // each (the copier's expect_tx arrival + the bytes), and the consumer warps that have finished.
-constexpr int kCopySlots = 4;
+constexpr int kCopySlots = 3;  // 48 KB beside Shared (177 KB): within 227 KB
 constexpr unsigned kCopyBytes = 16 * 1024;
 struct CopyRing {
   alignas(128) unsigned char buf[kCopySlots][kCopyBytes];
@@ -168,16 +179,22 @@ __device__ __forceinline__ u32 word_at(const Shared& s, int warp, int q, int lan
 
 // Fills shared memory with valid codes (deterministic per seed) and zero-free tokens.
 __device__ void fill(Shared& s, u32 seed) {
-  for (int i = threadIdx.x; i < kWarps * kSteps * 32; i += blockDim.x) {
+  for (int i = threadIdx.x; i < kDataWarps * kSteps * 32; i += blockDim.x) {
     u32 x = (i + 1) * 2654435761u ^ seed;
     x ^= x >> 13;
     x *= 0x5bd1e995u;
     (&s.words[0][0][0][0][0])[i] = x ^ (x >> 15);
   }
-  for (int i = threadIdx.x; i < kWarps * (kSteps / 4) * 32; i += blockDim.x) {
+  for (int i = threadIdx.x; i < kDataWarps * (kSteps / 4) * 32; i += blockDim.x) {
     // Re-encoded scale bytes of small scales (b << 7 = f16 of 0.5 .. 2)
     u32 b = 0x70u + (i % 7);
     (&s.scales[0][0][0])[i] = b | (b << 8) | (b << 16) | (b << 24);
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < kDataWarps * (kSteps / 8) * 32; i += blockDim.x) {
+    const int lane = i % 32, d = (i / 32) % (kSteps / 8), w = i / (32 * (kSteps / 8));
+    const u32 sa = s.scales[w][2 * d][lane], sb = s.scales[w][2 * d + 1][lane];
+    s.scw4[w][d][lane] = px::u32x4{sa, sa, sb, sb};
   }
   for (int i = threadIdx.x; i < kTok * kK; i += blockDim.x) {
     const int tok = i / kK, k = i % kK;
@@ -188,11 +205,110 @@ __device__ void fill(Shared& s, u32 seed) {
   }
 }
 
-// The copier warp (COPY): streams src (HBM: the CTAs' slices together are larger than L2) into
-// the ring until every consumer warp is done, then waits for its copies in flight; records the
-// bytes and nanoseconds it streamed.
+// The copier warp (COPY > 0): streams src into the ring until every consumer warp is done, then
+// waits for its copies in flight; records the bytes and nanoseconds it streamed. COPY 1: 16 KB
+// copies from HBM (the CTAs' slices together are larger than L2), the kernels' spinning
+// `try_wait`; 2: the same waits on 256-byte copies (the copier's issue without the shared-memory
+// writes); 3: 16 KB copies, each failed `try_wait` followed by a 256 ns sleep; 4: 16 KB copies
+// from a 64 KB slice a CTA (L2-resident: more shared-memory writes a microsecond); 5: no copies,
+// lane 0 sleeps 1 us at a time until the consumers are done (the 17th warp's presence alone);
+// 6: 16 KB copies, waits by the non-blocking `test_wait`, each failed test followed by a 256 ns
+// sleep; 7: the warp returns at once (the launch shape alone); 8: 16 KB copies by the warp's 32
+// lanes with `cp.async` (16 bytes a lane and instruction, through L1 instead of the bulk-copy
+// engine), each lane's `cp.async.mbarrier.arrive.noinc` on the slot's mbarrier (count 32); 9: the
+// 32 lanes load 16 KB at a time from HBM into registers (`ld.global.nc`, 16 loads in flight a lane)
+// and write nothing to shared memory.
+template <int COPY>
 __device__ void copier(CopyRing& r, const unsigned char* src, size_t slice, long long* copied) {
   const int lane = threadIdx.x & 31;
+  if constexpr (COPY == 8 || COPY == 9) {
+    const unsigned char* mine = src + blockIdx.x * slice;
+    const u64 t0 = px::globaltimer_ns();
+    long long n = 0;
+    u32 sink = 0;
+    for (; *reinterpret_cast<volatile int*>(&r.consumers_done) < kWarps; ++n) {
+      const int q = static_cast<int>(n % kCopySlots);
+      const unsigned char* from = mine + (n * kCopyBytes) % slice;
+      if constexpr (COPY == 8) {
+        if (n >= kCopySlots) {
+          px::mbarrier_wait_parity(&r.full[q], static_cast<u32>((n / kCopySlots - 1) & 1));
+        }
+        const u32 dst = static_cast<u32>(__cvta_generic_to_shared(r.buf[q]));
+        for (int c = lane; c < static_cast<int>(kCopyBytes / 16); c += 32) {
+          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst + c * 16),
+                       "l"(from + c * 16)
+                       : "memory");
+        }
+        asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(
+                         static_cast<u32>(__cvta_generic_to_shared(&r.full[q])))
+                     : "memory");
+      } else {
+        for (int c0 = 0; c0 < static_cast<int>(kCopyBytes / 16); c0 += 32 * 16) {
+          px::u32x4 v[16];
+#pragma unroll
+          for (int i = 0; i < 16; ++i)
+            v[i] = px::load_global_nc_16(from + (c0 + i * 32 + lane) * 16);
+#pragma unroll
+          for (int i = 0; i < 16; ++i) sink ^= v[i].x ^ v[i].w;
+        }
+      }
+    }
+    if constexpr (COPY == 8) {
+      for (long long m = n > kCopySlots ? n - kCopySlots : 0; m < n; ++m) {
+        px::mbarrier_wait_parity(&r.full[m % kCopySlots], static_cast<u32>((m / kCopySlots) & 1));
+      }
+    }
+    if (lane == 0) {
+      copied[2 * blockIdx.x] = n * static_cast<long long>(kCopyBytes) + (sink == 0x9E3779B9u);
+      copied[2 * blockIdx.x + 1] = static_cast<long long>(px::globaltimer_ns() - t0);
+    }
+    return;
+  }
+  if constexpr (COPY == 7) {
+    if (lane == 0) {
+      copied[2 * blockIdx.x] = 0;
+      copied[2 * blockIdx.x + 1] = 1;
+    }
+    return;
+  }
+  if constexpr (COPY == 5) {
+    if (lane == 0) {
+      while (*reinterpret_cast<volatile int*>(&r.consumers_done) < kWarps) __nanosleep(1000);
+      copied[2 * blockIdx.x] = 0;
+      copied[2 * blockIdx.x + 1] = 1;
+    }
+    return;
+  }
+  constexpr unsigned kBytes = COPY == 2 ? 256u : kCopyBytes;
+  auto wait = [&](megamoe::device::u64* bar, u32 parity) {
+    if constexpr (COPY == 6) {
+      for (;;) {
+        u32 done;
+        asm volatile(
+            "{\n .reg .pred p;\n mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+            " selp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done)
+            : "r"(static_cast<u32>(__cvta_generic_to_shared(bar))), "r"(parity)
+            : "memory");
+        if (done != 0) break;
+        __nanosleep(256);
+      }
+    } else if constexpr (COPY == 3) {
+      for (;;) {
+        u32 done;
+        asm volatile(
+            "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+            " selp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done)
+            : "r"(static_cast<u32>(__cvta_generic_to_shared(bar))), "r"(parity)
+            : "memory");
+        if (done != 0) break;
+        __nanosleep(256);
+      }
+    } else {
+      px::mbarrier_wait_parity(bar, parity);
+    }
+  };
   if (lane == 0) {
     const u64 policy = px::l2_evict_first_policy();
     const unsigned char* mine = src + blockIdx.x * slice;
@@ -200,16 +316,14 @@ __device__ void copier(CopyRing& r, const unsigned char* src, size_t slice, long
     long long n = 0;
     for (; *reinterpret_cast<volatile int*>(&r.consumers_done) < kWarps; ++n) {
       const int q = static_cast<int>(n % kCopySlots);
-      if (n >= kCopySlots) {
-        px::mbarrier_wait_parity(&r.full[q], static_cast<u32>((n / kCopySlots - 1) & 1));
-      }
-      px::mbarrier_arrive_expect_tx(&r.full[q], kCopyBytes);
-      px::bulk_load(r.buf[q], mine + (n * kCopyBytes) % slice, kCopyBytes, &r.full[q], policy);
+      if (n >= kCopySlots) wait(&r.full[q], static_cast<u32>((n / kCopySlots - 1) & 1));
+      px::mbarrier_arrive_expect_tx(&r.full[q], kBytes);
+      px::bulk_load(r.buf[q], mine + (n * kBytes) % slice, kBytes, &r.full[q], policy);
     }
     for (long long m = n > kCopySlots ? n - kCopySlots : 0; m < n; ++m) {
-      px::mbarrier_wait_parity(&r.full[m % kCopySlots], static_cast<u32>((m / kCopySlots) & 1));
+      wait(&r.full[m % kCopySlots], static_cast<u32>((m / kCopySlots) & 1));
     }
-    copied[2 * blockIdx.x] = n * static_cast<long long>(kCopyBytes);
+    copied[2 * blockIdx.x] = n * static_cast<long long>(kBytes);
     copied[2 * blockIdx.x + 1] = static_cast<long long>(px::globaltimer_ns() - t0);
   }
 }
@@ -217,10 +331,10 @@ __device__ void copier(CopyRing& r, const unsigned char* src, size_t slice, long
 // Mode 0: mma.sync, NT groups. Mode 1: wgmma N = 8 NT, A from registers (2: one group in
 // flight). Mode 3: mode 0 with the e4m3-conversion decode. Mode 4: the wide kernel's block body
 // (nvfp4_pipe::block_mma); `live_rows` < 8 (NT = 1): lanes of token rows at or past it read row
-// 0's B fragments. Mode 5: wgmma, 4 steps a fence / commit / wait (one group in flight). COPY:
-// one more warp runs `copier` during the consumers' loop.
-template <int MODE, int NT, bool COPY = false>
-__global__ void __launch_bounds__(kWarps * 32 + (COPY ? 32 : 0), 1)
+// 0's B fragments. Mode 5: wgmma, 4 steps a fence / commit / wait (one group in flight). COPY >
+// 0: one more warp runs `copier<COPY>` during the consumers' loop.
+template <int MODE, int NT, int COPY = 0>
+__global__ void __launch_bounds__(kWarps * 32 + (COPY > 0 ? 32 : 0), 1)
     rate_kernel(int passes, u32 seed, u32 lbo, u32 sbo, float* sums, long long* cycles,
                 long long* nanos, int live_rows = 8, const unsigned char* copy_src = nullptr,
                 size_t copy_slice = 0, long long* copied = nullptr) {
@@ -228,7 +342,7 @@ __global__ void __launch_bounds__(kWarps * 32 + (COPY ? 32 : 0), 1)
   Shared& s = *reinterpret_cast<Shared*>(smem_raw);
   CopyRing& ring = *reinterpret_cast<CopyRing*>(smem_raw + (sizeof(Shared) + 127) / 128 * 128);
   if (COPY && threadIdx.x == 0) {
-    for (int q = 0; q < kCopySlots; ++q) px::mbarrier_init(&ring.full[q], 1);
+    for (int q = 0; q < kCopySlots; ++q) px::mbarrier_init(&ring.full[q], COPY == 8 ? 32 : 1);
     ring.consumers_done = 0;
     px::fence_mbarrier_init();
   }
@@ -236,10 +350,11 @@ __global__ void __launch_bounds__(kWarps * 32 + (COPY ? 32 : 0), 1)
   __syncthreads();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   if (COPY && warp == kWarps) {
-    copier(ring, copy_src, copy_slice, copied);
+    if constexpr (COPY > 0) copier<COPY>(ring, copy_src, copy_slice, copied);
     return;
   }
   const int g = lane >> 2, t = lane & 3;
+  const int dw = warp % kDataWarps;  // the warp whose words and scales this one reads
   float acc[NT][4] = {};
   Acc<8 * NT> wacc = {};
   const u32 tok_base = static_cast<u32>(__cvta_generic_to_shared(s.tok));
@@ -249,15 +364,20 @@ __global__ void __launch_bounds__(kWarps * 32 + (COPY ? 32 : 0), 1)
   const int row = NT == 1 && g >= live_rows ? 0 : g;
   const uint16_t* bl = s.tokp + row * (kK + 8) + pipe::paired_load_index(0, 0, t);
   for (int p = 0; p < passes; ++p) {
+    // Every pass reads shared memory afresh: without this the compiler keeps decoded fragments
+    // of the (pass-invariant) words in registers across passes where registers allow, and the
+    // loop is cheaper than the kernels' (447 instructions a pass of mode 4 at NT = 1 against the
+    // kernel's 564 for the same four blocks; bench/NOTES.md, twenty-seventh session).
+    asm volatile("" ::: "memory");
     if constexpr (MODE == 4) {
 #pragma unroll
       for (int d = 0; d < kSteps / 8; ++d) {
-        const px::u32x4 q0 = *reinterpret_cast<const px::u32x4*>(&s.words[warp][d][0][lane][0]);
-        const px::u32x4 q1 = *reinterpret_cast<const px::u32x4*>(&s.words[warp][d][1][lane][0]);
+        const px::u32x4 q0 = *reinterpret_cast<const px::u32x4*>(&s.words[dw][d][0][lane][0]);
+        const px::u32x4 q1 = *reinterpret_cast<const px::u32x4*>(&s.words[dw][d][1][lane][0]);
         const u32 words[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
         // block_mma takes step q's scale word from scw[q / 2]; modes 0-3 from scales[q / 4].
-        const u32 sa = s.scales[warp][2 * d][lane], sb = s.scales[warp][2 * d + 1][lane];
-        const u32 scw[4] = {sa, sa, sb, sb};
+        const px::u32x4 sc = s.scw4[dw][d][lane];
+        const u32 scw[4] = {sc.x, sc.y, sc.z, sc.w};
         pipe::block_mma<kK, NT>(words, scw, bl + d * 128, acc);
       }
     } else if constexpr (MODE == 5) {
@@ -267,9 +387,8 @@ __global__ void __launch_bounds__(kWarps * 32 + (COPY ? 32 : 0), 1)
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int q = q0 + i;
-          f[i] =
-              nvd::decode_weight_word(word_at(s, warp, q, lane),
-                                      nvd::scale_pair(s.scales[warp][q >> 2][lane], (q & 1) != 0));
+          f[i] = nvd::decode_weight_word(word_at(s, dw, q, lane),
+                                         nvd::scale_pair(s.scales[dw][q >> 2][lane], (q & 1) != 0));
         }
         wg_fence();
 #pragma unroll
@@ -283,8 +402,8 @@ __global__ void __launch_bounds__(kWarps * 32 + (COPY ? 32 : 0), 1)
     } else {
 #pragma unroll 4
       for (int q = 0; q < kSteps; ++q) {
-        const u32 word = word_at(s, warp, q, lane);
-        const u32 sw = s.scales[warp][q >> 2][lane];
+        const u32 word = word_at(s, dw, q, lane);
+        const u32 sw = s.scales[dw][q >> 2][lane];
         const u32 sp = nvd::scale_pair(sw, (q & 1) != 0);
         const nvd::HalfFragment f =
             MODE == 3 ? decode_via_e4m3(word, sp) : nvd::decode_weight_word(word, sp);
@@ -348,14 +467,16 @@ struct Rate {
   double copy_kb_per_us = 0;  // COPY runs: the copier's stream, KB/us a SM (mean over the CTAs)
 };
 
-template <int MODE, int NT, bool COPY = false>
+template <int MODE, int NT, int COPY = 0>
 Rate run(int sms, int passes, u32 lbo, u32 sbo, std::vector<float>& out, int live_rows = 8) {
-  const size_t smem = COPY ? (sizeof(Shared) + 127) / 128 * 128 + sizeof(CopyRing) : sizeof(Shared);
-  const int threads = kWarps * 32 + (COPY ? 32 : 0);
+  const size_t smem =
+      COPY > 0 ? (sizeof(Shared) + 127) / 128 * 128 + sizeof(CopyRing) : sizeof(Shared);
+  const int threads = kWarps * 32 + (COPY > 0 ? 32 : 0);
   CK(cudaFuncSetAttribute(rate_kernel<MODE, NT, COPY>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                           static_cast<int>(smem)));
-  // 2 MB a CTA: 264 MB over 132 SMs, more than L2 holds, so the copies stream from HBM.
-  const size_t slice = COPY ? size_t{2} << 20 : 0;
+  // 2 MB a CTA: 264 MB over 132 SMs, more than L2 holds, so the copies stream from HBM; COPY 4:
+  // 64 KB a CTA, 8.4 MB in all, which L2 keeps.
+  const size_t slice = COPY == 0 ? 0 : COPY == 4 ? size_t{64} << 10 : size_t{2} << 20;
   unsigned char* src = nullptr;
   long long* copied = nullptr;
   if (COPY) {
@@ -508,8 +629,16 @@ void t1_variants(int sms, int passes) {
                 column0_mismatches(plain, out));
   };
   report("block body, B rows >= 1 read row 0", run<4, 1>(sms, passes, 0, 0, out, 1));
-  report("block body + bulk-copy stream", run<4, 1, true>(sms, passes, 0, 0, out));
-  report("B rows clamped + bulk-copy stream", run<4, 1, true>(sms, passes, 0, 0, out, 1));
+  report("block body + bulk-copy stream", run<4, 1, 1>(sms, passes, 0, 0, out));
+  report("B rows clamped + bulk-copy stream", run<4, 1, 1>(sms, passes, 0, 0, out, 1));
+  report("+ 256 B copies (copier's waits)", run<4, 1, 2>(sms, passes, 0, 0, out));
+  report("+ copies, copier sleeps 256 ns", run<4, 1, 3>(sms, passes, 0, 0, out));
+  report("+ copies from L2 (64 KB a CTA)", run<4, 1, 4>(sms, passes, 0, 0, out));
+  report("+ idle 17th warp (sleeps, no copies)", run<4, 1, 5>(sms, passes, 0, 0, out));
+  report("+ copies, test_wait + 256 ns sleep", run<4, 1, 6>(sms, passes, 0, 0, out));
+  report("+ 17th warp returns at once", run<4, 1, 7>(sms, passes, 0, 0, out));
+  report("+ cp.async copies (32 lanes, via L1)", run<4, 1, 8>(sms, passes, 0, 0, out));
+  report("+ ld.global.nc stream (no shared)", run<4, 1, 9>(sms, passes, 0, 0, out));
 }
 
 int main() {
