@@ -205,6 +205,25 @@ __device__ void fill(Shared& s, u32 seed) {
   }
 }
 
+// One look at whether `bar`'s phase of parity `parity` has completed: the non-blocking
+// `test_wait` (kTest) or the `try_wait` that may suspend the thread for a while first.
+#define MRP_PHASE_ASM(op)                  \
+  "{\n .reg .pred p;\n mbarrier." op       \
+  ".parity.shared::cta.b64 p, [%1], %2;\n" \
+  " selp.u32 %0, 1, 0, p;\n}\n"
+template <bool kTest>
+__device__ bool phase_done(megamoe::device::u64* bar, u32 parity) {
+  const u32 at = static_cast<u32>(__cvta_generic_to_shared(bar));
+  u32 done;
+  if constexpr (kTest) {
+    asm volatile(MRP_PHASE_ASM("test_wait") : "=r"(done) : "r"(at), "r"(parity) : "memory");
+  } else {
+    asm volatile(MRP_PHASE_ASM("try_wait") : "=r"(done) : "r"(at), "r"(parity) : "memory");
+  }
+  return done != 0;
+}
+#undef MRP_PHASE_ASM
+
 // The copier warp (COPY > 0): streams src into the ring until every consumer warp is done, then
 // waits for its copies in flight; records the bytes and nanoseconds it streamed. COPY 1: 16 KB
 // copies from HBM (the CTAs' slices together are larger than L2), the kernels' spinning
@@ -281,30 +300,8 @@ __device__ void copier(CopyRing& r, const unsigned char* src, size_t slice, long
   }
   constexpr unsigned kBytes = COPY == 2 ? 256u : kCopyBytes;
   auto wait = [&](megamoe::device::u64* bar, u32 parity) {
-    if constexpr (COPY == 6) {
-      for (;;) {
-        u32 done;
-        asm volatile(
-            "{\n .reg .pred p;\n mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-            " selp.u32 %0, 1, 0, p;\n}\n"
-            : "=r"(done)
-            : "r"(static_cast<u32>(__cvta_generic_to_shared(bar))), "r"(parity)
-            : "memory");
-        if (done != 0) break;
-        __nanosleep(256);
-      }
-    } else if constexpr (COPY == 3) {
-      for (;;) {
-        u32 done;
-        asm volatile(
-            "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-            " selp.u32 %0, 1, 0, p;\n}\n"
-            : "=r"(done)
-            : "r"(static_cast<u32>(__cvta_generic_to_shared(bar))), "r"(parity)
-            : "memory");
-        if (done != 0) break;
-        __nanosleep(256);
-      }
+    if constexpr (COPY == 3 || COPY == 6) {
+      while (!phase_done<COPY == 6>(bar, parity)) __nanosleep(256);
     } else {
       px::mbarrier_wait_parity(bar, parity);
     }
