@@ -13,7 +13,7 @@ import pytest
 from conftest import ROOT
 
 PROBES = ["ep_timeline.py", "start_timeline.py", "barrier_check.py", "wide_wait_accounting.py",
-          "wide_ablation.py", "wide_l2_variants.py", "dead_rows_row0.py"]
+          "wide_ablation.py", "wide_l2_variants.py", "dead_rows_row0.py", "pipelined_ablation.py"]
 
 
 @pytest.mark.parametrize("probe", PROBES)
