@@ -422,6 +422,23 @@ MEGAMOE_DEVICE void fc2_store_bf16_slots(const Nvfp4MoeArgs& a, const S& s, u16*
   }
 }
 
+// The barrier between FC2 and the combine. One rank: its CTAs are every writer of its combine
+// slots, so a rank-local grid barrier (.gpu scope) orders them. More ranks: the slots are written
+// by every rank's CTAs (peer stores), so every CTA of every rank meets (.sys scope). `rank` and
+// `status` may be values or callables (lazy_value), as the kernels keep them.
+template <int R, class Sync, class RankT, class StatusT>
+MEGAMOE_DEVICE void barrier_before_combine(const Nvfp4MoeArgs& a, u32* grid_counter,
+                                           int cta_in_rank, int nctas, StatusT status, RankT rank) {
+  if constexpr (R == 1) {
+    rank_grid_barrier<Sync>(grid_counter, cta_in_rank, nctas, a.timeout_ns, status, rank,
+                            kPhaseAfterFc2);
+  } else {
+    cross_rank_barrier<Sync>(
+        [&](int p) { return reinterpret_cast<u32*>(a.base[p] + a.off_sync + a.sync_rank_barrier); },
+        R, rank, cta_in_rank, nctas, a.timeout_ns, status);
+  }
+}
+
 // Phase 3: out[t] = bf16(sum over the token's live routes, in k order, of its combine slots),
 // f32; `rows` tokens of this rank over its CTAs. FP8C: slots hold e4m3 codes with an f32 scale
 // per 128 values, dequantized (code value x scale, the values by the hardware's exact e4m3 -> f16

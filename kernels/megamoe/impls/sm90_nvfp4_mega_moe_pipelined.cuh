@@ -776,15 +776,7 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
     end_unit(nx, ns);
   }
 
-  if constexpr (R == 1) {
-    // One rank, one launch: the rank's CTAs are every writer of its combine slots.
-    rank_grid_barrier<Sync>(grid_counter, cta_in_rank, nctas, a.timeout_ns, status, rank,
-                            kPhaseAfterFc2);
-  } else {
-    cross_rank_barrier<Sync>(
-        [&](int p) { return reinterpret_cast<u32*>(a.base[p] + a.off_sync + a.sync_rank_barrier); },
-        R, rank, cta_in_rank, nctas, a.timeout_ns, status);
-  }
+  nvfp4_moe::barrier_before_combine<R, Sync>(a, grid_counter, cta_in_rank, nctas, status, rank);
 
   // ---- phase 3: combine the rank's own tokens ----------------------------------------------
   nvfp4_moe::combine_rank_tokens<H, K, EL, R, TMAX, kThreads, FP8C>(

@@ -816,14 +816,8 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
     cur = nvfp4_pipe::take_unit(s.unit_q, s.unit_ready, upos);
   }
 
-  if constexpr (R == 1) {
-    rank_grid_barrier<Sync>(grid_counter(), cta_in_rank(), nctas, a.timeout_ns, status, rank_of,
-                            kPhaseAfterFc2);
-  } else {
-    cross_rank_barrier<Sync>(
-        [&](int p) { return reinterpret_cast<u32*>(a.base[p] + a.off_sync + a.sync_rank_barrier); },
-        R, rank_of, cta_in_rank(), nctas, a.timeout_ns, status);
-  }
+  nvfp4_moe::barrier_before_combine<R, Sync>(a, grid_counter(), cta_in_rank(), nctas, status,
+                                             rank_of);
 
   // ---- phase 3: combine the rank's own tokens ----------------------------------------------
   nvfp4_moe::combine_rank_tokens<H, K, EL, R, TMAX, kThreads, FP8C>(
