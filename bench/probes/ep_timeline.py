@@ -91,10 +91,9 @@ sub("""  // The ring already holds the first FC2 blocks: they stream while the b
 sub("""  // ---- phase 2: FC2 into the source ranks' combine slots""",
     """  eptl_mark(eptl_n, 5, ptx::globaltimer_ns());
   // ---- phase 2: FC2 into the source ranks' combine slots""")
-sub("""  if constexpr (R == 1) {
-    // One rank, one launch: the rank's CTAs""", """  eptl_mark(eptl_n, 6, ptx::globaltimer_ns());
-  if constexpr (R == 1) {
-    // One rank, one launch: the rank's CTAs""")
+sub("""  nvfp4_moe::barrier_before_combine<R, Sync>(a, grid_counter, cta_in_rank,""",
+    """  eptl_mark(eptl_n, 6, ptx::globaltimer_ns());
+  nvfp4_moe::barrier_before_combine<R, Sync>(a, grid_counter, cta_in_rank,""")
 sub("""  // ---- phase 3: combine the rank's own tokens""", """  eptl_mark(eptl_n, 7, ptx::globaltimer_ns());
   // ---- phase 3: combine the rank's own tokens""")
 sub("""      a, mine, rank, min(s.src_tokens[rank], a.out_rows[rank]), cta_in_rank, nctas);

@@ -121,10 +121,9 @@ sub("""          [&](int i) { return mine + a.off_fc2_sf + static_cast<u64>(row0
       Sync::sync();
       if (threadIdx.x == 0 && t1_c) t1_mark(t1n, 13);
       t1_c = false;""")
-sub("""  if constexpr (R == 1) {
-    // One rank, one launch""", """  if (threadIdx.x == 0) t1_mark(t1n, 14);
-  if constexpr (R == 1) {
-    // One rank, one launch""")
+sub("""  nvfp4_moe::barrier_before_combine<R, Sync>(a, grid_counter, cta_in_rank,""",
+    """  if (threadIdx.x == 0) t1_mark(t1n, 14);
+  nvfp4_moe::barrier_before_combine<R, Sync>(a, grid_counter, cta_in_rank,""")
 sub("""  // ---- phase 3: combine the rank's own tokens""", """  if (threadIdx.x == 0) t1_mark(t1n, 15);
   // ---- phase 3: combine the rank's own tokens""")
 sub("""      a, mine, rank, min(s.src_tokens[rank], a.out_rows[rank]), cta_in_rank, nctas);

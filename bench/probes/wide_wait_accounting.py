@@ -168,15 +168,13 @@ sub("""                          base + a.off_fc2_sf + static_cast<u64>(row) * a
   grid_barrier(kPhaseTokens);
   wa_mark(warp, 9);
   TokensReady::arrive();""")
-sub("""  if constexpr (R == 1) {
-    rank_grid_barrier<Sync>(grid_counter(), """, """  wa_mark(warp, 11);
+sub("""  nvfp4_moe::barrier_before_combine<R, Sync>(a, grid_counter(), """, """  wa_mark(warp, 11);
   wa_put(warp, 19, w_full);
   wa_put(warp, 20, w_take);
   wa_put(warp, 21, w_sync);
   wa_put(warp, 22, w_epi);
   wa_put(warp, 25, w_units);
-  if constexpr (R == 1) {
-    rank_grid_barrier<Sync>(grid_counter(), """)
+  nvfp4_moe::barrier_before_combine<R, Sync>(a, grid_counter(), """)
 sub("""  nvfp4_moe::combine_rank_tokens<H, K, EL, R, TMAX, kThreads, FP8C>(
       a, mine(), rank_of(), min(s.src_tokens[rank_of()], a.out_rows[rank_of()]), cta_in_rank(),
       nctas);
