@@ -1,4 +1,4 @@
-# Kernel variant for an A/B run (bench/NOTES.md, twenty-sixth session; not measured yet): copies
+# Kernel variant for an A/B run (bench/NOTES.md, twenty-sixth session; run 228: level): copies
 # the repository's kernels/ to DEST (default build/kern_dead_rows_row0) and makes the pipelined
 # kernel's lanes of dead token rows read row 0's B fragments when the token tile is one 8-row
 # group (NT = 1) -- their MMA columns are never read, and a warp's B loads then touch fewer

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# One device call for the open T = 1 question of bench/NOTES.md (twenty-sixth session): why the
-# pipelined kernel's consumers decode at ~37-41 KB/us a SM where the block body alone reaches ~52.
+# One device call for the T = 1 question of bench/NOTES.md (twenty-sixth session): why the
+# pipelined kernel's consumers decode at ~37-41 KB/us a SM where the probe's block body read ~52
+# (answered in run 228 and after: the probe overstated the body, which runs at ~40 beside a stream).
 # (1) `MMA_PROBE_T1=1 mma_rate_probe` (built here with nvcc): the block body at NT = 1 alone, with
 # dead token rows' lanes reading row 0's B fragments, beside a bulk-copy stream into shared
 # memory, and both; (2) the same row-0 change in the kernels (bench/probes/dead_rows_row0.py)
