@@ -9,7 +9,8 @@
 //      with the expert's fc2_input_scale into "fc2_pool". Items with column tile 0 also write
 //      the tile's "route_list" entries.   -- rank-local grid barrier --
 //   2  FC2 work items (expert, token tile, 64 hidden rows): y rounded to bf16 into the source
-//      rank's "combine" slot [k][token] (peer writes).   -- cross-rank barrier --
+//      rank's "combine" slot [k][token] (peer writes).   -- cross-rank barrier (rank-local
+//      at R = 1: barrier_before_combine) --
 //   3  combine: out[t] = sum over k of the token's live slots, in k order, f32 -> bf16.
 // MMA: weights on the M side (m16n8k16, A decoded in registers), tokens on N.
 #include "megamoe/comm/rank_barrier.cuh"
@@ -702,9 +703,7 @@ __global__ void __launch_bounds__(kNvfp4Threads, 1)
     }
   }
 
-  cross_rank_barrier(
-      [&](int p) { return reinterpret_cast<u32*>(a.base[p] + a.off_sync + a.sync_rank_barrier); },
-      R, rank, cta_in_rank, nctas, a.timeout_ns, status);
+  nvfp4_moe::barrier_before_combine<R, CtaSync>(a, grid_counter, cta_in_rank, nctas, status, rank);
 
   // ---- phase 3: combine the rank's own tokens ----------------------------------------------
   nvfp4_moe::combine_rank_tokens<H, K, EL, R, TMAX, kNvfp4Threads, 0>(
