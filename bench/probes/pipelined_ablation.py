@@ -11,6 +11,10 @@
 #   mem_nobar  both
 #   noepi      FC1's and FC2's epilogues (bf16 combine slots) not run; the units' partial sums
 #              and their CTA barrier stay
+#   nocombine  the FC2 -> combine barrier and the combine not run
+#   stream     mem, nobar, noepi and nocombine together: what is left is the kernel's skeleton --
+#              the start (phase 0, the first token tile), the producer's stream through the stage
+#              ring, the units' hand-over and their CTA barriers (twenty-eighth session)
 # Run the bench on each with MEGAMOE_KERNEL_DIR=DEST/<name> (no local memory is used).
 #   python3 bench/probes/pipelined_ablation.py [DEST]
 import os
@@ -25,15 +29,23 @@ MEM = ("      block_mma<KMAX, NT>(words, scw, bl, acc);",
 NOBAR = ("""  rank_grid_barrier<Sync>(grid_counter, cta_in_rank, nctas, a.timeout_ns, status, rank,
                           kPhaseAfterFc1);""", "  Sync::sync();")
 NOEPI1 = ("""      nvfp4_moe::fc1_requantize_token<ACT>(a, s, mine, i, cur.sub * NS + i, sub_live, cur.col,
-                                           pool_row0, g2, y);""",
-          "      if (y(0, i) == 1.2345e-30f) s.route_w[0] = g2;")
+                                           pool_row0, g2, y_route);""",
+          "      if (y_route(0, i) == 1.2345e-30f) s.route_w[0] = g2;")
 NOEPI2 = ("      fc2_store_bf16_rows<H, TMAX, NS, kWarps>(a, s, cur.sub, sub_live, cur.col, factor, y);",
           "      if (y(0, 0) == 1.2345e-30f) s.route_w[0] = factor;")
+NOCOMBINE = ("""  nvfp4_moe::barrier_before_combine<R, Sync>(a, grid_counter, cta_in_rank, nctas, status, rank);
+
+  // ---- phase 3: combine the rank's own tokens ----------------------------------------------
+  nvfp4_moe::combine_rank_tokens<H, K, EL, R, TMAX, kThreads, FP8C>(
+      a, mine, rank, min(s.src_tokens[rank], a.out_rows[rank]), cta_in_rank, nctas);""",
+             "  Sync::sync();")
 VARIANTS = {
     "mem": [MEM],
     "nobar": [NOBAR],
     "mem_nobar": [MEM, NOBAR],
     "noepi": [NOEPI1, NOEPI2],
+    "nocombine": [NOCOMBINE],
+    "stream": [MEM, NOBAR, NOEPI1, NOEPI2, NOCOMBINE],
 }
 
 dest = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build", "pipelined_ablation")
