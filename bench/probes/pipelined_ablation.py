@@ -29,8 +29,8 @@ MEM = ("      block_mma<KMAX, NT>(words, scw, bl, acc);",
 NOBAR = ("""  rank_grid_barrier<Sync>(grid_counter, cta_in_rank, nctas, a.timeout_ns, status, rank,
                           kPhaseAfterFc1);""", "  Sync::sync();")
 NOEPI1 = ("""      nvfp4_moe::fc1_requantize_token<ACT>(a, s, mine, i, cur.sub * NS + i, sub_live, cur.col,
-                                           pool_row0, g2, y_route);""",
-          "      if (y_route(0, i) == 1.2345e-30f) s.route_w[0] = g2;")
+                                           pool_row0, g2, y);""",
+          "      if (y(0, i) == 1.2345e-30f) s.route_w[0] = g2;")
 NOEPI2 = ("      fc2_store_bf16_rows<H, TMAX, NS, kWarps>(a, s, cur.sub, sub_live, cur.col, factor, y);",
           "      if (y(0, 0) == 1.2345e-30f) s.route_w[0] = factor;")
 NOCOMBINE = ("""  nvfp4_moe::barrier_before_combine<R, Sync>(a, grid_counter, cta_in_rank, nctas, status, rank);

@@ -96,23 +96,14 @@ sub("""      if (warp == 0) nvfp4_moe::gather_tile_routes<K, R, BM>(a, s, first_
       Sync::sync();""", """      if (warp == 0) nvfp4_moe::gather_tile_routes<K, R, BM>(a, s, first_expert + e, tile);
       Sync::sync();
       if (threadIdx.x == 0 && t1_c) t1_mark(t1n, 8);""")
-sub("""      if (kStaged && !tile_signalled) {
+sub("""      if (kStaged && !first_tile_ready) {
         FirstTileReady::arrive();
-        tile_signalled = true;
-      }""", """      if (kStaged && !tile_signalled) {
+        first_tile_ready = true;
+      }""", """      if (kStaged && !first_tile_ready) {
         FirstTileReady::arrive();
-        tile_signalled = true;
+        first_tile_ready = true;
       }
       if (threadIdx.x == 0 && t1_c) t1_mark(t1n, 9);""")
-# The small-batch preload builds the token tile in phase 0: mark 9 there instead.
-sub("""      FirstTileReady::arrive();
-      tile_signalled = true;
-    }
-  }""", """      FirstTileReady::arrive();
-      tile_signalled = true;
-    }
-    if (threadIdx.x == 0) t1_mark(t1n, 9);
-  }""")
 sub("""    const float g2 = __ldg(a.fc2_scale[rank] + e);
     stream_unit(ns);""", """    const float g2 = __ldg(a.fc2_scale[rank] + e);
     stream_unit(ns);
@@ -144,12 +135,12 @@ sub("""      a, mine, rank, min(s.src_tokens[rank], a.out_rows[rank]), cta_in_ra
 sub("""    end_unit(nx, ns);
   }
 
-  if (kStaged && !tile_signalled) FirstTileReady::arrive();""", """    if (threadIdx.x == 0 && t1_u < 3) t1_mark(t1n, 23 + t1_u);
+  if (kStaged && !first_tile_ready) FirstTileReady::arrive();""", """    if (threadIdx.x == 0 && t1_u < 3) t1_mark(t1n, 23 + t1_u);
     ++t1_u;
     end_unit(nx, ns);
   }
 
-  if (kStaged && !tile_signalled) FirstTileReady::arrive();""")
+  if (kStaged && !first_tile_ready) FirstTileReady::arrive();""")
 sub("""    const float factor = __fmul_rn(__ldg(a.fc2_scale[rank] + e), __ldg(a.alpha2[rank] + e));
     stream_unit(ns);""", """    const float factor = __fmul_rn(__ldg(a.fc2_scale[rank] + e), __ldg(a.alpha2[rank] + e));
     if constexpr (kStaged) {

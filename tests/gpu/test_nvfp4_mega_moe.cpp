@@ -817,8 +817,7 @@ TEST_F(Nvfp4MegaMoe, EndToEndWithLibraryPreDispatch) {
 // I / 128 divide by four times the K split) runs two shared-memory stages of four blocks per
 // consumer warp, H = I = 1024 (twice the K split) stages of two blocks, H = I = 512 (they divide
 // by the K split) stages of one block, all with the producer warp; I = 128 (one block) runs the
-// register ring. All with two split-K exchange buffers, and H = I = 512 once more with one; then
-// H = I = 1024 with 3 tokens a rank, which the pipelined kernel's small-batch preload takes.
+// register ring. All with two split-K exchange buffers, and H = I = 512 once more with one.
 // BLOCK_M is pinned to 8 (the heuristic takes 16 at these 7.5 expected tokens per expert).
 TEST_F(Nvfp4MegaMoe, SanitizerSizedCase) {
   const test::ScopedEnv tiles_of_8("MEGAMOE_BLOCK_M", "8");
@@ -861,15 +860,6 @@ TEST_F(Nvfp4MegaMoe, SanitizerSizedCase) {
       continue;
     }
     run_case(c);
-  }
-  // Three tokens a rank: every source token fits in the 8-token sub-tile, which the pipelined
-  // kernel then decodes in phase 0 for the whole call (SourceTokenPreload).
-  Case few = small_case(1024, 1024);
-  few.tokens = 3;
-  if (const std::string why = forced_version_refuses(few); !why.empty()) {
-    std::printf("  %s: left out, %s\n", describe_case(few).c_str(), why.c_str());
-  } else {
-    run_case(few);
   }
 }
 

@@ -102,83 +102,6 @@ MEGAMOE_DEVICE void load_token_tile_paired(u16* b, int live, RowPtr row_ptr, SfP
   }
 }
 
-// Small batches: when every source rank holds at most NS / R tokens, all of them fit in one
-// sub-tile at fixed columns -- rank sr's token t in column sr * (NS / R) + t -- and FC1's token
-// tile is the same for every tile: phase 0 loads it once (`issue` before the route counts, so the
-// loads overlap theirs and leave before any weight request; `decode` once the counts are known),
-// and each FC1 unit's MMAs run over all of these columns, its epilogue reading its routes' own
-// (preload_column). Without it the first tile's token rows went out behind every CTA's first
-// weight stage and landed ~3 us after the routes at T = 1 (bench/NOTES.md, twenty-fifth session).
-template <int KD, int KMAX, int NS, int R, int TMAX, int THREADS>
-struct SourceTokenPreload {
-  static constexpr int kTokensPerRank = NS / R < TMAX ? NS / R : TMAX;
-  static constexpr int kBlocks = KD / 16;  // 16-element blocks of a token row
-  static constexpr int kUnits = R * kTokensPerRank * kBlocks;
-  static constexpr int kPerThread = (kUnits + THREADS - 1) / THREADS;
-  u32 lo[kPerThread], hi[kPerThread], sc[kPerThread];
-
-  // Every consumer thread, before the route counts: this thread's blocks of every rank's first
-  // kTokensPerRank rows (rows past a rank's count are read but never decoded).
-  MEGAMOE_DEVICE void issue(const Nvfp4MoeArgs& a) {
-#pragma unroll
-    for (int m = 0; m < kPerThread; ++m) {
-      const int u = static_cast<int>(threadIdx.x) + m * THREADS;
-      lo[m] = 0;
-      hi[m] = 0;
-      sc[m] = 0;
-      if (u < kUnits) {
-        const int row = u / kBlocks, blk = u - row * kBlocks;
-        const int sr = row / kTokensPerRank, tok = row - sr * kTokensPerRank;
-        const u8* base = a.base[sr];
-        ptx::load_nc_8(base + a.off_x + tok * a.pitch_x + blk * 8, lo[m], hi[m]);
-        sc[m] = __ldg(base + a.off_x_sf + tok * a.pitch_x_sf + blk);
-      }
-    }
-  }
-
-  // Whether the call's tokens fit (every CTA of the rank reads the same counts).
-  MEGAMOE_DEVICE static bool fits(const int* src_tokens) {
-    bool ok = true;
-#pragma unroll
-    for (int sr = 0; sr < R; ++sr) ok = ok && src_tokens[sr] <= NS / R;
-    return ok;
-  }
-
-  // The token tile: live rows decoded, every other row of the NS zero -- each word written once,
-  // by one thread (the caller's CTA barrier then makes it readable).
-  MEGAMOE_DEVICE void decode(u16* b, const int* src_tokens) const {
-    for (int u = static_cast<int>(threadIdx.x); u < NS * kBlocks; u += THREADS) {
-      const int col = u / kBlocks, blk = u - col * kBlocks;
-      const int sr = col / (NS / R), tok = col - sr * (NS / R);
-      if (sr < R && tok < src_tokens[sr]) continue;  // a live row: the loop below writes it
-      u32* out = reinterpret_cast<u32*>(b + col * (KMAX + 8));
-#pragma unroll
-      for (int p = 0; p < 8; ++p) out[paired_word_index(blk, p)] = 0;
-    }
-#pragma unroll
-    for (int m = 0; m < kPerThread; ++m) {
-      const int u = static_cast<int>(threadIdx.x) + m * THREADS;
-      if (u < kUnits) {
-        const int row = u / kBlocks, blk = u - row * kBlocks;
-        const int sr = row / kTokensPerRank, tok = row - sr * kTokensPerRank;
-        if (tok < src_tokens[sr]) {
-          u32 v[8];
-          nvfp4::decode_activation_block(lo[m], hi[m], sc[m], v);
-          u32* out = reinterpret_cast<u32*>(b + (sr * (NS / R) + tok) * (KMAX + 8));
-#pragma unroll
-          for (int p = 0; p < 8; ++p) out[paired_word_index(blk, p)] = v[p];
-        }
-      }
-    }
-  }
-};
-
-// The preloaded tile's column of route (src_rank, token).
-template <int NS, int R>
-MEGAMOE_DEVICE int preload_column(int src_rank, int tok) {
-  return src_rank * (NS / R) + tok;
-}
-
 // This lane's view of the token tile at 128-k block `blk` (its row g and quad t): block_mma
 // reads from here, and the next block of the warp is `KW * 128` elements further.
 template <int KMAX>
@@ -517,11 +440,6 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
   }
 
   // ---- phase 0: route counts and the padded pool layout (every CTA, redundantly) ----------
-  // 8-token sub-tiles: the source tokens are requested now, for the small-batch preload.
-  constexpr bool kPreloadable = NS == 8;
-  using Preload = SourceTokenPreload<H, KMAX, NS, R, TMAX, kThreads>;
-  Preload preload;
-  if (kPreloadable && tid < kThreads) preload.issue(a);
   const int total_tiles =
       nvfp4_moe::plan_tiles<EL, K, R, BM, TMAX, kThreads, kThreads + (kStaged ? 32 : 0)>(
           a, s, first_expert);
@@ -533,20 +451,6 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
       !nvfp4_moe::table_kernel_keeps_call<EL, K, R, BM, kThreads, sizeof(s.b)>(
           a, s, s.b, [&] { return cta_in_rank == 0; }, [&] { return rank; })) {
     return;
-  }
-  // FC1's token tile for the whole call, where the call's tokens fit in one sub-tile. The tile
-  // choice counted in s.b: every thread (the producer too) has read its counts before the decode
-  // overwrites them.
-  const bool preloaded = kPreloadable && Preload::fits(s.src_tokens);
-  if (preloaded && a.tile_choice_alt > BM) __syncthreads();
-  bool tile_signalled = false;  // the consumers' FirstTileReady arrival made
-  if (preloaded && tid < kThreads) {
-    preload.decode(s.b, s.src_tokens);
-    Sync::sync();
-    if (kStaged) {
-      FirstTileReady::arrive();
-      tile_signalled = true;
-    }
   }
 
   Schedule<EL, BM, NS, CT, HT> sched;
@@ -703,6 +607,7 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
 
   // ---- phase 1: FC1 + activation + re-quantization ----------------------------------------
   int b_tile = -1, b_sub = -1;
+  bool first_tile_ready = false;             // FirstTileReady signalled
   float route_w = 0.0f, route_alpha = 0.0f;  // this thread's route (tid < live) of a new tile
   bool fresh_routes = false;
   while (cur.phase == 0) {
@@ -731,7 +636,7 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
       }
     }
     const int sub_live = min(NS, live - cur.sub * NS);
-    if (!preloaded && cur.sub != b_sub) {
+    if (cur.sub != b_sub) {
       b_sub = cur.sub;
       Sync::sync();  // s.b is no longer read
       const int sub = cur.sub;
@@ -739,9 +644,9 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
           s.b, sub_live, [&](int i) { return nvfp4_moe::fc1_token_row(a, s, sub * NS + i); },
           [&](int i) { return nvfp4_moe::fc1_token_sf_row(a, s, sub * NS + i); });
       Sync::sync();
-      if (kStaged && !tile_signalled) {
+      if (kStaged && !first_tile_ready) {
         FirstTileReady::arrive();
-        tile_signalled = true;
+        first_tile_ready = true;
       }
     }
     if (fresh_routes) {
@@ -761,19 +666,14 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
     stream_unit(ns);
     // Warp -> live token (the bound is warp-uniform, so the shuffles inside stay whole; warps
     // past the live tokens go on at once), lane -> column (one 16-column block per half-warp).
-    // Preloaded: the route's token is the tile's column preload_column (one sub-tile a tile).
-    auto y_route = [&](int row, int i) {
-      const int r = cur.sub * NS + i;
-      return y(row, preloaded ? preload_column<NS, R>(s.route_src[r], s.route_tok[r]) : i);
-    };
     for (int i = warp; i < sub_live; i += kWarps) {
       nvfp4_moe::fc1_requantize_token<ACT>(a, s, mine, i, cur.sub * NS + i, sub_live, cur.col,
-                                           pool_row0, g2, y_route);
+                                           pool_row0, g2, y);
     }
     end_unit(nx, ns);
   }
 
-  if (kStaged && !tile_signalled) FirstTileReady::arrive();
+  if (kStaged && !first_tile_ready) FirstTileReady::arrive();
 
   // The ring already holds the first FC2 blocks: they stream while the barrier waits. Rank-local
   // at .gpu scope for any R: fc2_pool is written and read by this rank's CTAs on this GPU only.
