@@ -33,14 +33,11 @@ NOEPI1 = ("""      nvfp4_moe::fc1_requantize_token<ACT>(a, s, mine, i, cur.sub *
           "      if (y(0, i) == 1.2345e-30f) s.route_w[0] = g2;")
 NOEPI2 = ("      fc2_store_bf16_rows<H, TMAX, NS, kWarps>(a, s, cur.sub, sub_live, cur.col, factor, y);",
           "      if (y(0, 0) == 1.2345e-30f) s.route_w[0] = factor;")
-NOCOMBINE = ("""  const int combine_rows = min(s.src_tokens[rank], a.out_rows[rank]);
-  const u32 first_live = nvfp4_moe::first_combine_live_routes<H, K, EL, R, kThreads>(
-      a, mine, combine_rows, cta_in_rank);
-  nvfp4_moe::barrier_before_combine<R, Sync>(a, grid_counter, cta_in_rank, nctas, status, rank);
+NOCOMBINE = ("""  nvfp4_moe::barrier_before_combine<R, Sync>(a, grid_counter, cta_in_rank, nctas, status, rank);
 
   // ---- phase 3: combine the rank's own tokens ----------------------------------------------
-  nvfp4_moe::combine_rank_tokens<H, K, EL, R, TMAX, kThreads, FP8C>(a, mine, rank, combine_rows,
-                                                                    cta_in_rank, nctas, first_live);""",
+  nvfp4_moe::combine_rank_tokens<H, K, EL, R, TMAX, kThreads, FP8C>(
+      a, mine, rank, min(s.src_tokens[rank], a.out_rows[rank]), cta_in_rank, nctas);""",
              "  Sync::sync();")
 VARIANTS = {
     "mem": [MEM],

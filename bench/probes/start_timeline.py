@@ -126,9 +126,9 @@ sub("""  nvfp4_moe::barrier_before_combine<R, Sync>(a, grid_counter, cta_in_rank
   nvfp4_moe::barrier_before_combine<R, Sync>(a, grid_counter, cta_in_rank,""")
 sub("""  // ---- phase 3: combine the rank's own tokens""", """  if (threadIdx.x == 0) t1_mark(t1n, 15);
   // ---- phase 3: combine the rank's own tokens""")
-sub("""                                                                    cta_in_rank, nctas, first_live);
+sub("""      a, mine, rank, min(s.src_tokens[rank], a.out_rows[rank]), cta_in_rank, nctas);
 }
-""", """                                                                    cta_in_rank, nctas, first_live);
+""", """      a, mine, rank, min(s.src_tokens[rank], a.out_rows[rank]), cta_in_rank, nctas);
   if (threadIdx.x == 0) t1_mark(t1n, 16);
 }
 """)

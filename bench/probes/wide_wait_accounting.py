@@ -176,10 +176,12 @@ sub("""  nvfp4_moe::barrier_before_combine<R, Sync>(a, grid_counter(), """, """ 
   wa_put(warp, 25, w_units);
   nvfp4_moe::barrier_before_combine<R, Sync>(a, grid_counter(), """)
 sub("""  nvfp4_moe::combine_rank_tokens<H, K, EL, R, TMAX, kThreads, FP8C>(
-      a, mine(), rank_of(), combine_rows, cta_in_rank(), nctas, first_live);
+      a, mine(), rank_of(), min(s.src_tokens[rank_of()], a.out_rows[rank_of()]), cta_in_rank(),
+      nctas);
 }""", """  wa_mark(warp, 12);
   nvfp4_moe::combine_rank_tokens<H, K, EL, R, TMAX, kThreads, FP8C>(
-      a, mine(), rank_of(), combine_rows, cta_in_rank(), nctas, first_live);
+      a, mine(), rank_of(), min(s.src_tokens[rank_of()], a.out_rows[rank_of()]), cta_in_rank(),
+      nctas);
   wa_mark(warp, 13);
   wa_put(warp, 23, wa_c0);
   wa_put(warp, 24, wa_clk());

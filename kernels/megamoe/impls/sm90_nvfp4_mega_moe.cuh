@@ -440,53 +440,31 @@ MEGAMOE_DEVICE void barrier_before_combine(const Nvfp4MoeArgs& a, u32* grid_coun
   }
 }
 
-// The live routes (bit k) of token t of this rank: its top-k ids are inputs of the call.
-template <int K, int EL, int R>
-MEGAMOE_DEVICE u32 token_live_routes(const Nvfp4MoeArgs& a, const u8* mine, int t) {
-  const int* idx = reinterpret_cast<const int*>(mine + a.off_topk_idx);
-  u32 bits = 0;
-#pragma unroll
-  for (int k = 0; k < K; ++k) {
-    const int id = __ldg(idx + t * K + k);
-    bits |= (id >= 0 && id < EL * R ? 1u : 0u) << k;
-  }
-  return bits;
-}
-
-// combine_rank_tokens' live routes of this thread's first row chunk, read before the barrier
-// that precedes the combine: the ids do not change during the call, so the barrier's wait hides
-// their latency and the combine is one round trip to L2 (the slots) instead of two.
-template <int H, int K, int EL, int R, int THREADS>
-MEGAMOE_DEVICE u32 first_combine_live_routes(const Nvfp4MoeArgs& a, const u8* mine, int rows,
-                                             int cta_in_rank) {
-  constexpr int kChunks = H / 8;
-  const int u = cta_in_rank * THREADS + static_cast<int>(threadIdx.x);
-  return u < rows * kChunks ? token_live_routes<K, EL, R>(a, mine, u / kChunks) : 0u;
-}
-
 // Phase 3: out[t] = bf16(sum over the token's live routes, in k order, of its combine slots),
 // f32; `rows` tokens of this rank over its CTAs. FP8C: slots hold e4m3 codes with an f32 scale
 // per 128 values, dequantized (code value x scale, the values by the hardware's exact e4m3 -> f16
-// conversion) before the sum. A thread has its first chunk's live routes (`first_live`, from
-// first_combine_live_routes) and asks for every live route's slot, then sums; later chunks ask
-// for their K ids first. (Loading each slot inside its route's branch put every load behind the
-// previous route's sum: K + 1 in a row.)
+// conversion) before the sum. A thread asks for all K ids, then for every live route's slot, then
+// sums: two round trips to L2. (Loading each slot inside its route's branch put every load behind
+// the previous route's sum: K + 1 in a row.)
 template <int H, int K, int EL, int R, int TMAX, int THREADS, int FP8C>
 MEGAMOE_DEVICE void combine_rank_tokens(const Nvfp4MoeArgs& a, u8* mine, int rank, int rows,
-                                        int cta_in_rank, int nctas, u32 first_live) {
+                                        int cta_in_rank, int nctas) {
   // The last phase: the next kernel on the stream may launch its CTAs now (with PDL it waits
   // for this grid's completion before it reads anything).
   ptx::griddep_launch_dependents();
   constexpr int kChunks = H / 8;
+  const int* idx = reinterpret_cast<const int*>(mine + a.off_topk_idx);
   const u8* slots = mine + a.off_combine;
   u16* out = a.out[rank];
-  const int u0 = cta_in_rank * THREADS + static_cast<int>(threadIdx.x);
-  for (int u = u0; u < rows * kChunks; u += nctas * THREADS) {
+  for (int u = cta_in_rank * THREADS + static_cast<int>(threadIdx.x); u < rows * kChunks;
+       u += nctas * THREADS) {
     const int t = u / kChunks, c = u - t * kChunks;
-    const u32 live_bits = u == u0 ? first_live : token_live_routes<K, EL, R>(a, mine, t);
     bool live[K];
 #pragma unroll
-    for (int k = 0; k < K; ++k) live[k] = ((live_bits >> k) & 1u) != 0u;
+    for (int k = 0; k < K; ++k) {
+      const int id = __ldg(idx + t * K + k);
+      live[k] = id >= 0 && id < EL * R;
+    }
     float sum[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     if constexpr (FP8C) {
       u32 q[K][2];
@@ -725,14 +703,11 @@ __global__ void __launch_bounds__(kNvfp4Threads, 1)
     }
   }
 
-  const int combine_rows = min(src_tokens[rank], a.out_rows[rank]);
-  const u32 first_live = nvfp4_moe::first_combine_live_routes<H, K, EL, R, kNvfp4Threads>(
-      a, mine, combine_rows, cta_in_rank);
   nvfp4_moe::barrier_before_combine<R, CtaSync>(a, grid_counter, cta_in_rank, nctas, status, rank);
 
   // ---- phase 3: combine the rank's own tokens ----------------------------------------------
   nvfp4_moe::combine_rank_tokens<H, K, EL, R, TMAX, kNvfp4Threads, 0>(
-      a, mine, rank, combine_rows, cta_in_rank, nctas, first_live);
+      a, mine, rank, min(src_tokens[rank], a.out_rows[rank]), cta_in_rank, nctas);
 }
 
 }  // namespace megamoe::device

@@ -776,14 +776,11 @@ __global__ void __launch_bounds__(128 * KW + (STAGES > 0 ? 32 : 0), 1)
     end_unit(nx, ns);
   }
 
-  const int combine_rows = min(s.src_tokens[rank], a.out_rows[rank]);
-  const u32 first_live = nvfp4_moe::first_combine_live_routes<H, K, EL, R, kThreads>(
-      a, mine, combine_rows, cta_in_rank);
   nvfp4_moe::barrier_before_combine<R, Sync>(a, grid_counter, cta_in_rank, nctas, status, rank);
 
   // ---- phase 3: combine the rank's own tokens ----------------------------------------------
-  nvfp4_moe::combine_rank_tokens<H, K, EL, R, TMAX, kThreads, FP8C>(a, mine, rank, combine_rows,
-                                                                    cta_in_rank, nctas, first_live);
+  nvfp4_moe::combine_rank_tokens<H, K, EL, R, TMAX, kThreads, FP8C>(
+      a, mine, rank, min(s.src_tokens[rank], a.out_rows[rank]), cta_in_rank, nctas);
 }
 
 }  // namespace megamoe::device

@@ -816,15 +816,13 @@ __global__ void __launch_bounds__((nvfp4_wide::kProducerWarp + 1) * 32, 1)
     cur = nvfp4_pipe::take_unit(s.unit_q, s.unit_ready, upos);
   }
 
-  const int combine_rows = min(s.src_tokens[rank_of()], a.out_rows[rank_of()]);
-  const u32 first_live = nvfp4_moe::first_combine_live_routes<H, K, EL, R, kThreads>(
-      a, mine(), combine_rows, cta_in_rank());
   nvfp4_moe::barrier_before_combine<R, Sync>(a, grid_counter(), cta_in_rank(), nctas, status,
                                              rank_of);
 
   // ---- phase 3: combine the rank's own tokens ----------------------------------------------
   nvfp4_moe::combine_rank_tokens<H, K, EL, R, TMAX, kThreads, FP8C>(
-      a, mine(), rank_of(), combine_rows, cta_in_rank(), nctas, first_live);
+      a, mine(), rank_of(), min(s.src_tokens[rank_of()], a.out_rows[rank_of()]), cta_in_rank(),
+      nctas);
 }
 
 }  // namespace megamoe::device
