@@ -4,8 +4,8 @@
 // no routes, no token, no decode, no MMA, no barrier, no combine. Timed as the bench times the
 // layer (bench/nvfp4_mega_moe.cpp): a CUDA graph of 8 calls, each after a small device-to-device
 // copy, launched with programmatic dependent launch as the library launches its kernels, minus the
-// graph of the copies alone, median of 21 replays; the floor from the median of 15 launches of a
-// large read-only reduction (src/runtime/bandwidth_probe.cpp's loop) in the same process.
+// graph of the copies alone, median of 21 replays; the floor from the median of 15 launches of the
+// bench's read-only reduction (kernels/megamoe/selftest/read_bandwidth.cuh) in the same process.
 // Standalone; build and run on the GPU machine:
 //   nvcc -O3 -std=c++20 -gencode=arch=compute_90a,code=sm_90a -I kernels \
 //        -o t1_stream_floor bench/probes/t1_stream_floor.cu && ./t1_stream_floor
@@ -21,6 +21,7 @@
 #include "megamoe/common.cuh"
 #include "megamoe/ptx/bulk_copy.cuh"
 #include "megamoe/ptx/pdl.cuh"
+#include "megamoe/selftest/read_bandwidth.cuh"
 #include "probe_check.cuh"
 
 namespace ptx = megamoe::device::ptx;
@@ -67,29 +68,6 @@ __global__ void __launch_bounds__(32, 1)
     }
     if (ring[0] == 0x5Au && ring[STAGE - 1] == 0xA5u && hi == lo + 12345) sink[0] = 1;
   }
-}
-
-// The bench's read-bandwidth loop (src/runtime/bandwidth_probe.cpp).
-__global__ void read_bandwidth(const uint4* p, unsigned long long n, unsigned* sink) {
-  unsigned acc = 0;
-  const unsigned long long stride = static_cast<unsigned long long>(gridDim.x) * blockDim.x;
-  unsigned long long i = static_cast<unsigned long long>(blockIdx.x) * blockDim.x + threadIdx.x;
-  for (; i + 7 * stride < n; i += 8 * stride) {
-    unsigned v[8][4];
-#pragma unroll
-    for (int u = 0; u < 8; ++u) {
-      asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                   : "=r"(v[u][0]), "=r"(v[u][1]), "=r"(v[u][2]), "=r"(v[u][3])
-                   : "l"(p + i + u * stride));
-    }
-#pragma unroll
-    for (int u = 0; u < 8; ++u) acc ^= v[u][0] ^ v[u][1] ^ v[u][2] ^ v[u][3];
-  }
-  for (; i < n; i += stride) {
-    const uint4 v = p[i];
-    acc ^= v.x ^ v.y ^ v.z ^ v.w;
-  }
-  if (acc == 0x9E3779B9u) sink[0] = acc;
 }
 
 // Non-zero, varying contents.
@@ -208,7 +186,8 @@ int main() {
     CK(cudaGetLastError());
     const unsigned long long n16 = std::min<unsigned long long>(total, 4ull << 30) / 16;
     const float bw_ms = median_ms(st, 15, [&] {
-      read_bandwidth<<<sms * 4, 512, 0, st>>>(reinterpret_cast<const uint4*>(weights), n16, sink);
+      megamoe::device::selftest::read_bandwidth_kernel<<<sms * 4, 512, 0, st>>>(
+          reinterpret_cast<const uint4*>(weights), n16, sink);
     });
     const double bw = static_cast<double>(n16 * 16) / (bw_ms * 1e-3) / 1e12;
     // The pipelined kernel's ring at the decode presets (2 stages of 4 blocks a consumer warp,

@@ -9,37 +9,19 @@
 #include "runtime/module.hpp"
 
 namespace megamoe::runtime {
-namespace {
 
-// 8 independent 16-byte loads in flight per thread, bypassing L1; the xor keeps them alive.
-constexpr const char* kSource = R"(
-extern "C" __global__ void megamoe_read_bandwidth(const uint4* p, unsigned long long n,
-                                                  unsigned* sink) {
-  unsigned acc = 0;
-  const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-  unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
-  for (; i + 7 * stride < n; i += 8 * stride) {
-    unsigned v[8][4];
-#pragma unroll
-    for (int u = 0; u < 8; ++u) {
-      asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                   : "=r"(v[u][0]), "=r"(v[u][1]), "=r"(v[u][2]), "=r"(v[u][3])
-                   : "l"(p + i + u * stride));
-    }
-#pragma unroll
-    for (int u = 0; u < 8; ++u) acc ^= v[u][0] ^ v[u][1] ^ v[u][2] ^ v[u][3];
-  }
-  for (; i < n; i += stride) { const uint4 v = p[i]; acc ^= v.x ^ v.y ^ v.z ^ v.w; }
-  if (acc == 0x9E3779B9u) sink[0] = acc;
-}
-)";
-
-CUfunction probe_kernel() {
+jit::KernelRequest read_bandwidth_request() {
   jit::KernelRequest r;
   r.name = "read_bandwidth_probe";
-  r.source = kSource;
-  r.entry = "megamoe_read_bandwidth";
-  return load(*jit::compile(r));
+  r.source = "#include \"megamoe/selftest/read_bandwidth.cuh\"\n";
+  r.entry = "megamoe::device::selftest::read_bandwidth_kernel";
+  return r;
+}
+
+namespace {
+
+CUfunction probe_kernel() {
+  return load(*jit::compile(read_bandwidth_request()));
 }
 
 }  // namespace

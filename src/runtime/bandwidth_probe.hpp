@@ -5,7 +5,12 @@
 
 #include <cstddef>
 
+#include "jit/compiler.hpp"
+
 namespace megamoe::runtime {
+
+// The reduction's kernel (kernels/megamoe/selftest/read_bandwidth.cuh), as the JIT compiles it.
+jit::KernelRequest read_bandwidth_request();
 
 // Reads `bytes` (rounded down to 16) of a fresh buffer filled with non-zero data; TB/s.
 double measure_read_bandwidth_tbs(std::size_t bytes, CUstream stream);

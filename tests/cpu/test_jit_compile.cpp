@@ -10,6 +10,7 @@
 #include "jit_test_support.hpp"
 #include "megamoe/error.hpp"
 #include "megamoe/presets.hpp"
+#include "runtime/bandwidth_probe.hpp"
 #include "runtime/kernel_registry.hpp"
 
 namespace megamoe::jit {
@@ -49,6 +50,17 @@ TEST_F(JitCompile, SelftestKernelCompilesForSm90a) {
   EXPECT_GT(k->registers, 0) << "no ptxas report in the log:\n" << k->log;
   EXPECT_FALSE(k->from_cache);
   EXPECT_EQ(k->key, cache_key(selftest_request(SelftestShape{256, 64})));
+  test::expect_no_spills(*k);
+}
+
+// The floor's reduction, from the kernel tree as the bench and t1_stream_floor.cu build it.
+TEST_F(JitCompile, ReadBandwidthKernelCompilesForSm90a) {
+  const auto k = compile(runtime::read_bandwidth_request());
+  ASSERT_GE(k->cubin.size(), 4u);
+  EXPECT_EQ(k->cubin.substr(0, 4),
+            "\x7f"
+            "ELF");
+  EXPECT_NE(k->lowered_name.find("read_bandwidth_kernel"), std::string::npos) << k->lowered_name;
   test::expect_no_spills(*k);
 }
 
