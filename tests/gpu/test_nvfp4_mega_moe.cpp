@@ -189,7 +189,7 @@ struct Result {
 // so their f32 results may differ in the last bits, which on rare elements reach a rounding (one
 // element of 98 304 on the bench's inputs, bench/NOTES.md, twenty-second session). Bitwise but for
 // a few such elements, each close to the other (tests/support/summation_order_compare.hpp); the
-// differing count is printed where it is not zero, so the logs show how often orders show.
+// differing count is printed where it is not zero, so the logs record how often the orders differ.
 void expect_same_up_to_summation_order(const Result& got, const Result& want, std::int64_t width,
                                        bool fp8_slots, const std::string& what) {
   ASSERT_EQ(got.out.size(), want.out.size()) << what;
