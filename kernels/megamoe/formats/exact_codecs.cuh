@@ -5,6 +5,9 @@
 // approximate division can change a result, and the encoders are the same integer recipes as on
 // the CPU rather than the hardware conversions (whose NaN bytes differ).
 #include "megamoe/common.cuh"
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#include "megamoe/ptx/mma_sm90.cuh"  // e4m3x2_to_f16x2; a CPU test compiles this header without it
+#endif
 
 // `#pragma unroll` for the device compilers; nothing when a CPU test compiles this header.
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
@@ -109,8 +112,7 @@ MEGAMOE_DEVICE float e4m3_value(u32 c) {
 // e4m3), 0x7F and 0xFF NaN.
 MEGAMOE_DEVICE void e4m3x2_values(u32 codes, float& lo, float& hi) {
 #ifdef __CUDA_ARCH__
-  u32 halves;
-  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(halves) : "h"(static_cast<u16>(codes & 0xFFFFu)));
+  const u32 halves = ptx::e4m3x2_to_f16x2(codes);
   asm("cvt.f32.f16 %0, %1;" : "=f"(lo) : "h"(static_cast<u16>(halves & 0xFFFFu)));
   asm("cvt.f32.f16 %0, %1;" : "=f"(hi) : "h"(static_cast<u16>(halves >> 16)));
 #else
