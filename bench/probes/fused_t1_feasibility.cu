@@ -10,10 +10,13 @@
 //   2. What do the fused design's bytes cost alone, streamed and timed as the bench times the
 //      layer (as bench/probes/t1_stream_floor.cu)? Today's W2 layout gives a CTA's FC2 share as
 //      runs of 1152 bytes (one 16 x 128 block each) 18 KB apart; a k-block-major W2 would make it
-//      one contiguous run. Patterns, one CTA per SM, a producer thread with four 36 KB stages:
-//        today     FC1 units then FC2 units, equal counts a CTA (the pipelined kernel's bytes);
-//        fused     items of four CTAs: FC1 tile, then FC2 in 1152-byte runs (today's layout);
-//        fused_kb  the same with the FC2 share contiguous (a k-block-major W2 layout).
+//      one contiguous run, and would hand today's 64-row FC2 units runs of four blocks instead.
+//      One CTA per SM, a producer thread with four 36 KB stages; patterns (stream_pattern below):
+//        today             FC1 units then FC2 units, equal counts a CTA (the pipelined kernel's
+//                          bytes); _w2kb128 / _w2kb64 with W2 k-block-major in 128- / 64-k blocks;
+//        fused4            items of four CTAs, today's W2 layout (FC2 in 1152-byte runs);
+//        fused4_w2kb128    the same with W2 k-block-major (the FC2 share contiguous);
+//        fused2_w2kb64     items of two CTAs (64 columns), W2 k-block-major in 64-k blocks.
 // Standalone; build and run on the GPU machine:
 //   nvcc -O3 -std=c++20 -gencode=arch=compute_90a,code=sm_90a -I kernels \
 //        -o fused_t1_feasibility bench/probes/fused_t1_feasibility.cu && ./fused_t1_feasibility
@@ -122,7 +125,7 @@ struct Shape {
   u64 w13_bytes, w2_bytes;  // per expert
 };
 
-enum Pattern { kToday = 0, kFused = 1, kFusedKb = 2 };
+enum Pattern { kToday = 0, kFused = 1 };
 
 struct Ring {
   u8* base;
@@ -157,9 +160,18 @@ struct Ring {
   }
 };
 
-template <int PATTERN>
+// PATTERN kToday: FC1 units then FC2 units (64 hidden rows, all of I) in equal counts a CTA.
+// PATTERN kFused: items of GROUP CTAs (32 GROUP intermediate columns of one expert); CTA q of a
+// group streams FC1 tile GROUP b + q, then its FC2 share (H / GROUP rows x the item's columns).
+// W2KB: the W2 layout read. 0 = today's ([64-row tile][row group][128-k block] of 1152 bytes: a
+// 64-row unit is contiguous, a fused share is runs of 1152 bytes); 128 or 64 = k-block-major
+// ([k block][row group over H] of 16 x W2KB weights: a 64-row unit is runs of 4 blocks, a fused
+// share of a GROUP whose columns are one such block is contiguous).
+template <int PATTERN, int GROUP, int W2KB>
 __global__ void __launch_bounds__(32, 1)
     stream_pattern(const u8* w13, const u8* w2, Shape sh, Experts ex, u32* sink) {
+  static_assert(PATTERN == kToday || W2KB == 0 || W2KB == 32 * GROUP,
+                "a fused share is contiguous only where the item's columns are one k block");
   extern __shared__ __align__(128) u8 ring_bytes[];
   __shared__ u64 full[kStages];
   if (threadIdx.x == 0) {
@@ -171,10 +183,11 @@ __global__ void __launch_bounds__(32, 1)
   if (threadIdx.x != 0) return;
   Ring ring{ring_bytes, full, ptx::l2_evict_first_policy()};
   const u32 fc1_unit = 4u * static_cast<u32>(sh.h / 128) * kBlock;  // 32 columns, gate and up
-  const u32 kb2 = static_cast<u32>(sh.i / 128);                     // W2 k blocks a row group
+  const u32 kb2 = static_cast<u32>(sh.i / 128);                     // W2 128-k blocks a row group
   const u32 fc2_unit = 4u * kb2 * kBlock;                           // 64 hidden rows
+  const u32 row_groups = static_cast<u32>(sh.h / 16);
   const u32 grid = gridDim.x;
-  if (PATTERN == kToday) {
+  if constexpr (PATTERN == kToday) {
     const u32 n1 = static_cast<u32>(ex.k) * static_cast<u32>(sh.i / 32);
     for (u32 u = n1 * blockIdx.x / grid; u < n1 * (blockIdx.x + 1) / grid; ++u) {
       const u8* src =
@@ -183,26 +196,38 @@ __global__ void __launch_bounds__(32, 1)
     }
     const u32 n2 = static_cast<u32>(ex.k) * static_cast<u32>(sh.h / 64);
     for (u32 u = n2 * blockIdx.x / grid; u < n2 * (blockIdx.x + 1) / grid; ++u) {
-      const u8* src = w2 + ex.id[u / (sh.h / 64)] * sh.w2_bytes + (u % (sh.h / 64)) * u64{fc2_unit};
-      for (u32 o = 0; o < fc2_unit; o += kStage / 2) ring.copy(src + o, kStage / 2);
+      const u8* x2 = w2 + ex.id[u / (sh.h / 64)] * sh.w2_bytes;
+      const u32 r = u % (sh.h / 64);
+      if constexpr (W2KB == 0) {
+        for (u32 o = 0; o < fc2_unit; o += kStage / 2) {
+          ring.copy(x2 + r * u64{fc2_unit} + o, kStage / 2);
+        }
+      } else {
+        constexpr u32 kBlockBytes = 9u * W2KB;  // 16 rows x W2KB k, nibbles and scales
+        for (u32 b = 0; b < static_cast<u32>(sh.i / W2KB); ++b) {
+          ring.copy(x2 + (u64{b} * row_groups + 4 * r) * kBlockBytes, 4 * kBlockBytes);
+        }
+      }
     }
   } else {
-    const u32 groups = grid / 4, group = blockIdx.x / 4, q = blockIdx.x % 4;
-    const u32 n = static_cast<u32>(ex.k) * kb2;
-    const u32 rows = static_cast<u32>(sh.h) / 4;  // this CTA's hidden rows in FC2
+    const u32 groups = grid / GROUP, group = blockIdx.x / GROUP, q = blockIdx.x % GROUP;
+    const u32 per_expert = static_cast<u32>(sh.i / (32 * GROUP));
+    const u32 n = static_cast<u32>(ex.k) * per_expert;
+    const u32 rows = static_cast<u32>(sh.h) / GROUP;  // this CTA's hidden rows in FC2
+    const u32 share = rows * 18u * GROUP;             // rows x 32 GROUP k x 9 / 16 bytes
     for (u32 it = n * group / groups; it < n * (group + 1) / groups; ++it) {
-      const u32 e = it / kb2, b = it % kb2;
-      const u8* src1 = w13 + ex.id[e] * sh.w13_bytes + (4 * b + q) * u64{fc1_unit};
+      const u32 e = it / per_expert, b = it % per_expert;
+      const u8* src1 = w13 + ex.id[e] * sh.w13_bytes + (GROUP * b + q) * u64{fc1_unit};
       for (u32 o = 0; o < fc1_unit; o += kStage) ring.copy(src1 + o, kStage);
       const u8* x2 = w2 + ex.id[e] * sh.w2_bytes;
-      if (PATTERN == kFused) {
-        // Row groups of 16 rows: rg = 4 r + g over this CTA's rows; block b of each.
+      if constexpr (W2KB == 0) {
+        // Today's layout, GROUP 4: the item is 128-k block b of every row group of the share.
         for (u32 rg = q * rows / 16; rg < (q + 1) * rows / 16; ++rg) {
           ring.copy(x2 + (u64{rg} * kb2 + b) * kBlock, kBlock);
         }
       } else {
-        const u8* src2 = x2 + (u64{b} * 4 + q) * (u64{rows} / 16 * kBlock);
-        for (u32 o = 0; o < rows / 16 * kBlock; o += kStage / 2) ring.copy(src2 + o, kStage / 2);
+        const u8* src2 = x2 + (u64{b} * GROUP + q) * share;
+        for (u32 o = 0; o < share; o += kStage / 2) ring.copy(src2 + o, kStage / 2);
       }
     }
   }
@@ -247,10 +272,10 @@ struct Preset {
   int h, i, k;
 };
 
-template <int PATTERN>
+template <int PATTERN, int GROUP, int W2KB>
 void run(const char* label, const Preset& p, const Shape& sh, const u8* w13, const u8* w2,
          double bw_tbs, int grid, u32* sink, u8* img_src, u8* img_dst, cudaStream_t st) {
-  auto kernel = stream_pattern<PATTERN>;
+  auto kernel = stream_pattern<PATTERN, GROUP, W2KB>;
   const int smem = kStage * kStages;
   CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   constexpr int kSets = 8;
@@ -299,7 +324,7 @@ void run(const char* label, const Preset& p, const Shape& sh, const u8* w13, con
   const double bytes = static_cast<double>(sh.w13_bytes + sh.w2_bytes) * p.k;
   const double floor_us = bytes / (bw_tbs * 1e12) * 1e6;
   std::printf(
-      "FUSEDSTREAM %s %-8s grid %d: %.1f us, floor %.1f us (%.0f MB at %.3f TB/s), "
+      "FUSEDSTREAM %s %-14s grid %d: %.1f us, floor %.1f us (%.0f MB at %.3f TB/s), "
       "ratio %.2f\n",
       p.name, label, grid, us, floor_us, bytes / 1e6, bw_tbs, us / floor_us);
   std::fflush(stdout);
@@ -334,11 +359,15 @@ int main() {
     });
     const double bw = static_cast<double>(n16 * 16) / (bw_ms * 1e-3) / 1e12;
     for (int pass = 0; pass < 2; ++pass) {
-      run<kToday>("today", p, sh, w13, w2, bw, sms, sink, img_src, img_dst, st);
-      run<kFused>("fused", p, sh, w13, w2, bw, sms / 4 * 4, sink, img_src, img_dst, st);
-      run<kFusedKb>("fused_kb", p, sh, w13, w2, bw, sms / 4 * 4, sink, img_src, img_dst, st);
-      // As many SMs as clusters of four might cover where GPCs leave SMs over.
-      run<kFused>("fused", p, sh, w13, w2, bw, sms / 4 * 4 - 8, sink, img_src, img_dst, st);
+      const int g4 = sms / 4 * 4;
+      run<kToday, 1, 0>("today", p, sh, w13, w2, bw, sms, sink, img_src, img_dst, st);
+      run<kToday, 1, 128>("today_w2kb128", p, sh, w13, w2, bw, sms, sink, img_src, img_dst, st);
+      run<kToday, 1, 64>("today_w2kb64", p, sh, w13, w2, bw, sms, sink, img_src, img_dst, st);
+      run<kFused, 4, 0>("fused4", p, sh, w13, w2, bw, g4, sink, img_src, img_dst, st);
+      run<kFused, 4, 128>("fused4_w2kb128", p, sh, w13, w2, bw, g4, sink, img_src, img_dst, st);
+      run<kFused, 2, 64>("fused2_w2kb64", p, sh, w13, w2, bw, sms, sink, img_src, img_dst, st);
+      // As many SMs as four-CTA clusters cover on the H200 (run 246: 30 clusters).
+      run<kFused, 4, 128>("fused4_w2kb128", p, sh, w13, w2, bw, 120, sink, img_src, img_dst, st);
     }
     CK(cudaFree(w13));
     CK(cudaFree(w2));
