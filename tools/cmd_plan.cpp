@@ -29,14 +29,6 @@ Format parse_format(const std::string& text, std::string_view option) {
   throw_invalid(option, "must be nvfp4, mxfp4, fp8 or bf16", text);
 }
 
-ActivationKind parse_activation(const std::string& text) {
-  for (ActivationKind a :
-       {ActivationKind::swiglu, ActivationKind::geglu, ActivationKind::swiglu_oai}) {
-    if (activation_name(a) == text) return a;
-  }
-  throw_invalid("--activation", "must be swiglu, geglu or swiglu_oai", text);
-}
-
 int to_int(std::int64_t v, std::string_view option) {
   if (v < -2147483647 || v > 2147483647)
     throw_invalid(option, "is out of range", std::to_string(v));

@@ -83,6 +83,7 @@ void usage() {
   std::printf(
       "usage: megamoe precompile --preset NAME [--family F,...] [--ranks R] [--max-tokens T]\n"
       "                          [--hidden H --intermediate I --experts E --topk K]\n"
+      "                          [--activation swiglu|geglu|swiglu_oai] [--fp8-combine]\n"
       "                          [--kernels KF,...] [--list]\n\n"
       "Compiles every kernel the configuration needs into the kernel cache (MEGAMOE_CACHE_DIR,\n"
       "default ~/.cache/megamoe). Needs NVRTC, not a GPU.\n"
@@ -91,6 +92,9 @@ void usage() {
       "  --max-tokens  tokens per rank (default 256)\n"
       "  --hidden/--intermediate/--experts/--topk  override the preset's shape, or give a\n"
       "              shape without --preset\n"
+      "  --activation  the config's activation kind (default swiglu; each kind is its own\n"
+      "              kernel, a clamp is not)\n"
+      "  --fp8-combine  config.fp8_combine: the kernels that write FP8 combine slots\n"
       "  --kernels   only these kernel families of the registry\n"
       "  --list      print the kernels without compiling\n",
       family_names().c_str());
@@ -101,8 +105,8 @@ void usage() {
 int cmd_precompile(Args args) {
   const Options o(args,
                   {"preset", "family", "ranks", "max-tokens", "hidden", "intermediate", "experts",
-                   "topk", "kernels"},
-                  {"list", "help"});
+                   "topk", "kernels", "activation"},
+                  {"list", "help", "fp8-combine"});
   if (o.has("help")) {
     usage();
     return 0;
@@ -145,6 +149,8 @@ int cmd_precompile(Args args) {
   if (base.max_tokens_per_rank < 1) {
     throw_invalid("--max-tokens", "must be >= 1", std::to_string(base.max_tokens_per_rank));
   }
+  base.activation.kind = parse_activation(o.get_or("activation", "swiglu"));
+  base.fp8_combine = o.has("fp8-combine");
   if (const auto list = o.get("family")) families = split_list(*list);
   if (families.empty()) families = {"bf16"};
   const std::vector<std::string> kernel_families =

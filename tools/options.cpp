@@ -74,4 +74,12 @@ std::vector<std::int64_t> Options::get_int_list(std::string_view name,
   return out;
 }
 
+ActivationKind parse_activation(const std::string& text) {
+  for (ActivationKind a :
+       {ActivationKind::swiglu, ActivationKind::geglu, ActivationKind::swiglu_oai}) {
+    if (activation_name(a) == text) return a;
+  }
+  throw_invalid("--activation", "must be swiglu, geglu or swiglu_oai", text);
+}
+
 }  // namespace megamoe::tool

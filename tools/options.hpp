@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "megamoe/types.hpp"
 
 namespace megamoe::tool {
 
@@ -28,5 +29,9 @@ class Options {
  private:
   std::map<std::string, std::string, std::less<>> values_;
 };
+
+// `--activation swiglu|geglu|swiglu_oai` (plan, precompile); anything else raises
+// InvalidArgument naming the option.
+ActivationKind parse_activation(const std::string& text);
 
 }  // namespace megamoe::tool

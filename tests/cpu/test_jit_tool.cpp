@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "jit/compiler.hpp"
 #include "jit/selftest_kernel.hpp"
@@ -75,6 +77,56 @@ TEST(JitTool, PrecompileRejectsBadOptionsNamingThem) {
   r = run_tool("precompile");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("'--preset'"), std::string::npos) << r.output;
+}
+
+// The values after " = " of every listed line of one kernel name, e.g. {"4096", "2048", ...}.
+std::vector<std::vector<std::string>> listed_arguments(const std::string& output,
+                                                       const std::string& name) {
+  std::vector<std::vector<std::string>> out;
+  std::size_t begin = 0;
+  while (begin < output.size()) {
+    const std::size_t end = std::min(output.find('\n', begin), output.size());
+    const std::string line = output.substr(begin, end - begin);
+    begin = end + 1;
+    const std::size_t eq = line.find(" = ");
+    if (!line.starts_with(name + " ") || eq == std::string::npos || !line.ends_with(")")) continue;
+    std::vector<std::string> values;
+    const std::string list = line.substr(eq + 3, line.size() - eq - 4);
+    for (std::size_t b = 0; b <= list.size();) {
+      const std::size_t comma = std::min(list.find(", ", b), list.size());
+      values.push_back(list.substr(b, comma - b));
+      b = comma + 2;
+    }
+    out.push_back(std::move(values));
+  }
+  return out;
+}
+
+// A config's activation kind and FP8 combine pick other kernels than the defaults: precompile
+// must be able to name them, or such a server compiles on its first call.
+TEST(JitTool, PrecompileListsTheKernelsOfTheActivationAndFp8Combine) {
+  const std::string base =
+      "precompile --preset dsv4-flash --family nvfp4 --kernels nvfp4_mega_moe --list";
+  const ToolRun plain = run_tool(base);
+  const ToolRun chosen = run_tool(base + " --activation geglu --fp8-combine");
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  ASSERT_EQ(chosen.exit_code, 0) << chosen.output;
+  for (const char* name : {"sm90_nvfp4_mega_moe_pipelined", "sm90_nvfp4_mega_moe_wide"}) {
+    const auto p = listed_arguments(plain.output, name);
+    const auto c = listed_arguments(chosen.output, name);
+    ASSERT_FALSE(p.empty()) << name << ": " << plain.output;
+    ASSERT_EQ(p.size(), c.size()) << name << ": " << chosen.output;
+    for (std::size_t i = 0; i < p.size(); ++i) {
+      ASSERT_GE(p[i].size(), 10u) << name;
+      EXPECT_EQ(p[i][8], "0") << name << ": act, swiglu by default";
+      EXPECT_EQ(c[i][8], "1") << name << ": act, geglu";
+      EXPECT_EQ(p[i].back(), "0") << name << ": fp8_combine off by default";
+      EXPECT_EQ(c[i].back(), "1") << name << ": fp8_combine";
+    }
+  }
+  const ToolRun bad = run_tool("precompile --preset dsv4-flash --activation relu --list");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("'--activation'"), std::string::npos) << bad.output;
 }
 
 // Ragged rows of the multi-GPU bench are checked in the parent, before any process or GPU.
