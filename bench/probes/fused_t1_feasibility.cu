@@ -8,10 +8,11 @@
 //      clusters; an SM left over in a GPC is lost to a clustered grid.) Asked of the occupancy
 //      API, then checked by launching that many clusters that wait for each other.
 //   2. What do the fused design's bytes cost alone, streamed and timed as the bench times the
-//      layer (as bench/probes/t1_stream_floor.cu)? Today's W2 layout gives a CTA's FC2 share as
-//      runs of 1152 bytes (one 16 x 128 block each) 18 KB apart; a k-block-major W2 would make it
-//      one contiguous run, and would hand today's 64-row FC2 units runs of four blocks instead.
-//      One CTA per SM, a producer thread with four 36 KB stages; patterns (stream_pattern below):
+//      layer (layer_call_timing.cuh, as t1_stream_floor.cu)? Today's W2 layout gives a CTA's
+//      FC2 share as runs of 1152 bytes (one 16 x 128 block each) 18 KB apart; a k-block-major W2
+//      would make it one contiguous run, and would hand today's 64-row FC2 units runs of four
+//      blocks instead. One CTA per SM, a producer thread with four 36 KB stages; patterns
+//      (stream_pattern below):
 //        today             FC1 units then FC2 units, equal counts a CTA (the pipelined kernel's
 //                          bytes); _w2kb128 / _w2kb64 with W2 k-block-major in 128- / 64-k blocks;
 //        fused4            items of four CTAs, today's W2 layout (FC2 in 1152-byte runs);
@@ -22,17 +23,14 @@
 //        -o fused_t1_feasibility bench/probes/fused_t1_feasibility.cu && ./fused_t1_feasibility
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <random>
 #include <set>
 #include <vector>
 
+#include "layer_call_timing.cuh"
 #include "megamoe/common.cuh"
 #include "megamoe/ptx/bulk_copy.cuh"
-#include "megamoe/ptx/pdl.cuh"
-#include "megamoe/selftest/read_bandwidth.cuh"
 #include "probe_check.cuh"
 
 namespace ptx = megamoe::device::ptx;
@@ -113,12 +111,7 @@ void cluster_fit(int sms) {
 constexpr u32 kBlock = 1152;  // one 16-row x 128-k block: 1024 B of nibbles, 128 B of scales
 constexpr u32 kStage = 32 * kBlock;
 constexpr int kStages = 4;
-constexpr int kMaxK = 8;
-
-struct Experts {
-  int id[kMaxK];
-  int k;
-};
+using layer_timing::Experts;
 
 struct Shape {
   int h, i;
@@ -174,12 +167,7 @@ __global__ void __launch_bounds__(32, 1)
                 "a fused share is contiguous only where the item's columns are one k block");
   extern __shared__ __align__(128) u8 ring_bytes[];
   __shared__ u64 full[kStages];
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s) ptx::mbarrier_init(full + s, 1);
-    ptx::fence_mbarrier_init();
-  }
-  __syncwarp();
-  ptx::griddep_wait();
+  layer_timing::init_stages_then_wait(full, kStages);
   if (threadIdx.x != 0) return;
   Ring ring{ring_bytes, full, ptx::l2_evict_first_policy()};
   const u32 fc1_unit = 4u * static_cast<u32>(sh.h / 128) * kBlock;  // 32 columns, gate and up
@@ -235,92 +223,15 @@ __global__ void __launch_bounds__(32, 1)
   if (ring_bytes[0] == 0x5Au && ring_bytes[kStage - 1] == 0xA5u && ring.stage == 12345) sink[0] = 1;
 }
 
-// Non-zero, varying contents.
-__global__ void fill(u32* p, unsigned long long n) {
-  for (unsigned long long i = blockIdx.x * 256ull + threadIdx.x; i < n; i += gridDim.x * 256ull) {
-    p[i] = static_cast<u32>(i * 0x9E3779B1ull) | 0x01010101u;
-  }
-}
-
-float median(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-template <class F>
-float median_ms(cudaStream_t st, int reps, F f) {
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  std::vector<float> ms;
-  for (int i = 0; i < reps + 2; ++i) {
-    CK(cudaEventRecord(a, st));
-    f();
-    CK(cudaEventRecord(b, st));
-    CK(cudaEventSynchronize(b));
-    float t = 0;
-    CK(cudaEventElapsedTime(&t, a, b));
-    if (i >= 2) ms.push_back(t);
-  }
-  CK(cudaEventDestroy(a));
-  CK(cudaEventDestroy(b));
-  return median(ms);
-}
-
-struct Preset {
-  const char* name;
-  int h, i, k;
-};
+using layer_timing::Context;
+using layer_timing::Preset;
 
 template <int PATTERN, int GROUP, int W2KB>
-void run(const char* label, const Preset& p, const Shape& sh, const u8* w13, const u8* w2,
-         double bw_tbs, int grid, u32* sink, u8* img_src, u8* img_dst, cudaStream_t st) {
-  auto kernel = stream_pattern<PATTERN, GROUP, W2KB>;
-  const int smem = kStage * kStages;
-  CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  constexpr int kSets = 8;
-  std::mt19937 gen(20261201u);
-  std::vector<Experts> sets(kSets);
-  for (Experts& s : sets) {
-    std::vector<int> all(256);
-    for (int e = 0; e < 256; ++e) all[static_cast<size_t>(e)] = e;
-    std::shuffle(all.begin(), all.end(), gen);
-    s.k = p.k;
-    for (int j = 0; j < p.k; ++j) s.id[j] = all[static_cast<size_t>(j)];
-  }
-  auto layer = [&](int s, bool moe) {
-    CK(cudaMemcpyAsync(img_dst, img_src + s * 4096, 4096, cudaMemcpyDeviceToDevice, st));
-    if (!moe) return;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(static_cast<unsigned>(grid));
-    cfg.blockDim = dim3(32);
-    cfg.dynamicSmemBytes = static_cast<size_t>(smem);
-    cfg.stream = st;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    CK(cudaLaunchKernelEx(&cfg, kernel, w13, w2, sh, sets[static_cast<size_t>(s)], sink));
-  };
-  for (int s = 0; s < kSets; ++s) layer(s, true);
-  CK(cudaStreamSynchronize(st));
-  auto capture = [&](bool moe) {
-    cudaGraph_t g;
-    cudaGraphExec_t e;
-    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-    for (int s = 0; s < kSets; ++s) layer(s, moe);
-    CK(cudaStreamEndCapture(st, &g));
-    CK(cudaGraphInstantiate(&e, g, 0));
-    CK(cudaGraphDestroy(g));
-    return e;
-  };
-  cudaGraphExec_t full = capture(true), pre = capture(false);
-  const float full_ms = median_ms(st, 21, [&] { CK(cudaGraphLaunch(full, st)); });
-  const float pre_ms = median_ms(st, 21, [&] { CK(cudaGraphLaunch(pre, st)); });
-  CK(cudaGraphExecDestroy(full));
-  CK(cudaGraphExecDestroy(pre));
-  const double us = (full_ms - pre_ms) * 1000.0 / kSets;
+void run(const Context& cx, const char* label, const Preset& p, const Shape& sh, const u8* w13,
+         const u8* w2, double bw_tbs, int grid) {
+  const double us = layer_timing::us_per_call(
+      cx, stream_pattern<PATTERN, GROUP, W2KB>, grid, kStage * kStages, p.k,
+      [&](const Experts& e) { return std::tuple(w13, w2, sh, e, cx.sink); });
   const double bytes = static_cast<double>(sh.w13_bytes + sh.w2_bytes) * p.k;
   const double floor_us = bytes / (bw_tbs * 1e12) * 1e6;
   std::printf(
@@ -331,43 +242,31 @@ void run(const char* label, const Preset& p, const Shape& sh, const u8* w13, con
 }
 
 int main() {
-  int sms = 0;
-  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const Context cx = Context::create();
+  const int sms = cx.sms;
   cluster_fit(sms);
-  cudaStream_t st;
-  CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  u32* sink;
-  CK(cudaMalloc(&sink, 4));
-  u8 *img_src, *img_dst;
-  CK(cudaMalloc(&img_src, 8 * 4096));
-  CK(cudaMalloc(&img_dst, 4096));
-  CK(cudaMemset(img_src, 0x3C, 8 * 4096));
-  const Preset presets[] = {{"dsv4-flash", 4096, 2048, 6}, {"h6144-e256-k8", 6144, 3072, 8}};
-  for (const Preset& p : presets) {
+  for (const Preset& p : layer_timing::kPresets) {
     Shape sh{p.h, p.i, 2ull * p.h * p.i * 9 / 16, 1ull * p.h * p.i * 9 / 16};
     u8 *w13, *w2;
     CK(cudaMalloc(&w13, sh.w13_bytes * 256));
     CK(cudaMalloc(&w2, sh.w2_bytes * 256));
-    fill<<<sms * 8, 256, 0, st>>>(reinterpret_cast<u32*>(w13), sh.w13_bytes * 256 / 4);
-    fill<<<sms * 8, 256, 0, st>>>(reinterpret_cast<u32*>(w2), sh.w2_bytes * 256 / 4);
+    layer_timing::fill_varying<<<sms * 8, 256, 0, cx.st>>>(reinterpret_cast<u32*>(w13),
+                                                           sh.w13_bytes * 256 / 4);
+    layer_timing::fill_varying<<<sms * 8, 256, 0, cx.st>>>(reinterpret_cast<u32*>(w2),
+                                                           sh.w2_bytes * 256 / 4);
     CK(cudaGetLastError());
-    const unsigned long long n16 =
-        std::min<unsigned long long>(sh.w13_bytes * 256, 4ull << 30) / 16;
-    const float bw_ms = median_ms(st, 15, [&] {
-      megamoe::device::selftest::read_bandwidth_kernel<<<sms * 4, 512, 0, st>>>(
-          reinterpret_cast<const uint4*>(w13), n16, sink);
-    });
-    const double bw = static_cast<double>(n16 * 16) / (bw_ms * 1e-3) / 1e12;
+    const double bw =
+        layer_timing::read_bandwidth_tbs(cx.st, w13, sh.w13_bytes * 256, cx.sink, sms);
     for (int pass = 0; pass < 2; ++pass) {
       const int g4 = sms / 4 * 4;
-      run<kToday, 1, 0>("today", p, sh, w13, w2, bw, sms, sink, img_src, img_dst, st);
-      run<kToday, 1, 128>("today_w2kb128", p, sh, w13, w2, bw, sms, sink, img_src, img_dst, st);
-      run<kToday, 1, 64>("today_w2kb64", p, sh, w13, w2, bw, sms, sink, img_src, img_dst, st);
-      run<kFused, 4, 0>("fused4", p, sh, w13, w2, bw, g4, sink, img_src, img_dst, st);
-      run<kFused, 4, 128>("fused4_w2kb128", p, sh, w13, w2, bw, g4, sink, img_src, img_dst, st);
-      run<kFused, 2, 64>("fused2_w2kb64", p, sh, w13, w2, bw, sms, sink, img_src, img_dst, st);
+      run<kToday, 1, 0>(cx, "today", p, sh, w13, w2, bw, sms);
+      run<kToday, 1, 128>(cx, "today_w2kb128", p, sh, w13, w2, bw, sms);
+      run<kToday, 1, 64>(cx, "today_w2kb64", p, sh, w13, w2, bw, sms);
+      run<kFused, 4, 0>(cx, "fused4", p, sh, w13, w2, bw, g4);
+      run<kFused, 4, 128>(cx, "fused4_w2kb128", p, sh, w13, w2, bw, g4);
+      run<kFused, 2, 64>(cx, "fused2_w2kb64", p, sh, w13, w2, bw, sms);
       // As many SMs as four-CTA clusters cover on the H200 (run 246: 30 clusters).
-      run<kFused, 4, 128>("fused4_w2kb128", p, sh, w13, w2, bw, 120, sink, img_src, img_dst, st);
+      run<kFused, 4, 128>(cx, "fused4_w2kb128", p, sh, w13, w2, bw, 120);
     }
     CK(cudaFree(w13));
     CK(cudaFree(w2));
