@@ -8,6 +8,7 @@
 #include "megamoe/mega_moe.hpp"
 #include "megamoe/nvfp4_mega_moe.hpp"
 #include "megamoe/pre_dispatch.hpp"
+#include "megamoe/precompile.hpp"
 #include "megamoe/presets.hpp"
 #include "megamoe/side_lora.hpp"
 #include "megamoe/types.hpp"

@@ -39,6 +39,7 @@ for _name in (
     "fp8_mega_moe", "mxfp4_mega_moe", "bf16_mega_moe",
     "side_lora_saved_pool_bytes", "side_lora_scratch_bytes",
     "side_lora_mega_moe_forward", "side_lora_mega_moe_backward",
+    "precompile",
 ):
     globals()[_name] = getattr(_core, _name)
 

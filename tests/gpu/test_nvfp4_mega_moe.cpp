@@ -33,6 +33,7 @@
 #include "megamoe/heuristics.hpp"
 #include "megamoe/nvfp4_mega_moe.hpp"
 #include "megamoe/pre_dispatch.hpp"
+#include "megamoe/precompile.hpp"
 #include "megamoe/reference.hpp"
 #include "nvfp4_host_dispatch.hpp"
 #include "nvfp4_wide_test_shapes.hpp"
@@ -904,6 +905,32 @@ TEST_F(Nvfp4MegaMoe, GraphReplayMatchesEagerBitwise) {
   EXPECT_EQ(eager.out, replay.out) << "seed " << seed;
   std::printf("  %s (graph)\n", hs.check(replay).c_str());
   d.cuGraphExecDestroy(exec);
+}
+
+// Serving with no warm call: megamoe::precompile, then the very first MoE call of this shape
+// captured straight into a CUDA graph, so the kernels load while the stream captures (docs/api.md:
+// capturable after one eager call or after precompile). Replays equal an eager call bit for bit.
+TEST_F(Nvfp4MegaMoe, FirstCallCapturedAfterPrecompile) {
+  Case c = two_ranks_masked(8);
+  c.t_max = 72;  // no other test's T_max: this process has loaded none of these kernels yet
+  if (!case_selected(c)) return;
+  const std::uint64_t seed = case_seed();
+  Harness hs(c, seed);
+  const std::vector<PrecompiledKernel> kernels = precompile(hs.cfg);
+  ASSERT_FALSE(kernels.empty());
+  const cuda::Driver& d = cuda::driver();
+  CUstream stream = hs.stream.get();
+  hs.poison();
+  hs.dispatch();
+  const CUgraphExec exec = capture_graph(stream, [&] { hs.run(stream); });
+  for (int i = 0; i < 3; ++i) MEGAMOE_CU(d.cuGraphLaunch(exec, stream));
+  MEGAMOE_CU(d.cuStreamSynchronize(stream));
+  const Result replay = hs.fetch();
+  d.cuGraphExecDestroy(exec);
+  const Result eager = hs.poisoned_run();
+  EXPECT_EQ(eager.out, replay.out) << "seed " << seed;
+  std::printf("  %s (first call captured after precompile, %zu kernels)\n",
+              hs.check(replay).c_str(), kernels.size());
 }
 
 // Layers as an inference engine issues them: pre-dispatch and MoE of two input sets (A, hs's own;

@@ -83,3 +83,24 @@ def test_presets():
 def test_missing_area_says_so():
     with pytest.raises(AttributeError, match="no attribute"):
         megamoe.no_such_function  # noqa: B018
+
+
+def test_precompile_fills_the_cache_with_the_configs_kernels(tmp_path, monkeypatch):
+    # NVRTC only, no GPU: the same small config as tests/cpu/test_precompile.cpp.
+    monkeypatch.setenv("MEGAMOE_CACHE_DIR", str(tmp_path))
+    c = megamoe.MoEConfig(hidden=512, intermediate=512, num_experts=8, top_k=6, num_ranks=1,
+                          max_tokens_per_rank=8, fp8_combine=True, activation="geglu")
+    kernels = megamoe.precompile(c)
+    names = [k["name"] for k in kernels]
+    assert "sm90_nvfp4_mega_moe_pipelined" in names, names
+    assert all(k["spill_bytes"] == 0 and k["local_bytes"] == 0 for k in kernels), kernels
+    assert len(list(tmp_path.glob("*.jit"))) == len(kernels)
+    # A fresh process, as a server starting later: every kernel comes from the disk cache.
+    code = ("import megamoe; c = megamoe.MoEConfig(hidden=512, intermediate=512, num_experts=8, "
+            "top_k=6, num_ranks=1, max_tokens_per_rank=8, fp8_combine=True, activation='geglu'); "
+            "print(all(k['from_disk_cache'] for k in megamoe.precompile(c)))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "True", r.stdout + r.stderr
+    with pytest.raises(megamoe.InvalidArgument):
+        megamoe.precompile(megamoe.MoEConfig(hidden=512, intermediate=512, num_experts=8, top_k=0,
+                                             max_tokens_per_rank=8))

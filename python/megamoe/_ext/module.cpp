@@ -13,6 +13,7 @@ void register_pre_dispatch(nb::module_& m);
 void register_nvfp4(nb::module_& m);
 void register_families(nb::module_& m);
 void register_side_lora(nb::module_& m);
+void register_precompile(nb::module_& m);
 }  // namespace megamoe::python
 
 NB_MODULE(_core, m) {
@@ -29,4 +30,5 @@ NB_MODULE(_core, m) {
   register_nvfp4(m);
   register_families(m);
   register_side_lora(m);
+  register_precompile(m);
 }
