@@ -1,8 +1,8 @@
 #pragma once
 // The HBM read-bandwidth loop behind every weight-byte floor the benchmarks report: the library
-// compiles it with NVRTC (src/runtime/bandwidth_probe.cpp) and bench/probes/t1_stream_floor.cu
-// with nvcc, so the probe's floor is the bench's. 8 independent 16-byte loads in flight per
-// thread, bypassing L1; the xor keeps them alive.
+// compiles it with NVRTC (src/runtime/bandwidth_probe.cpp) and the standalone probes with nvcc
+// (bench/probes/layer_call_timing.cuh), so a probe's floor is the bench's. 8 independent 16-byte
+// loads in flight per thread, bypassing L1; the xor keeps them alive.
 namespace megamoe::device::selftest {
 
 __global__ void read_bandwidth_kernel(const uint4* p, unsigned long long n, unsigned* sink) {
