@@ -55,6 +55,7 @@
 #include "megamoe/pre_dispatch.hpp"
 #include "megamoe/presets.hpp"
 #include "megamoe/reference.hpp"
+#include "random_kernel_weights.hpp"
 #include "runtime/back_to_back.hpp"
 #include "runtime/bandwidth_probe.hpp"
 #include "runtime/cuda_driver.hpp"
@@ -77,52 +78,6 @@ using runtime::DeviceBuffer;
 
 constexpr int kSets = 8;
 constexpr int kReplays = 21;
-
-const char* kHelperSource = R"(
-// Random bytes; scale_mode: valid re-encoded scale bytes (f16 exponent 13..21, any mantissa).
-extern "C" __global__ void fill_random(unsigned* p, unsigned long long n, unsigned seed,
-                                       int scale_mode) {
-  for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += (unsigned long long)gridDim.x * blockDim.x) {
-    unsigned h = (unsigned)i * 0x9E3779B1u ^ (unsigned)(i >> 32) ^ seed;
-    h ^= h >> 15; h *= 0x2C1B3C6Du; h ^= h >> 12; h *= 0x297A2D39u; h ^= h >> 15;
-    if (scale_mode) {
-      unsigned w = 0;
-      for (int b = 0; b < 4; ++b) {
-        const unsigned byte = (h >> (8 * b)) & 0xFFu;
-        w |= ((((13u + byte % 9u) << 3) | (byte & 7u)) & 0xFFu) << (8 * b);
-      }
-      h = w;
-    }
-    p[i] = h;
-  }
-}
-)";
-
-struct Helpers {
-  CUfunction fill = nullptr;
-};
-
-Helpers load_helpers() {
-  Helpers h;
-  jit::KernelRequest r;
-  r.name = "bench_fill_random";
-  r.source = kHelperSource;
-  r.entry = "fill_random";
-  h.fill = runtime::load(*jit::compile(r));
-  return h;
-}
-
-void fill(const Helpers& h, CUdeviceptr p, std::size_t bytes, unsigned seed, bool scales,
-          CUstream stream) {
-  runtime::LaunchConfig cfg;
-  cfg.stream = stream;
-  cfg.grid = {1024, 1, 1};
-  cfg.block = {256, 1, 1};
-  const unsigned long long words = bytes / 4;
-  const int mode = scales ? 1 : 0;
-  runtime::launch_kernel(h.fill, cfg, p, words, seed, mode);
-}
 
 double unix_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -204,7 +159,6 @@ int main(int argc, char** argv) {
     const cuda::Driver& d = cuda::driver();
     const runtime::DeviceProperties props = runtime::device_properties();
     runtime::Stream stream;
-    const Helpers helpers = load_helpers();
     std::vector<Row> rows;
     double bw_tbs = 0;
     const char* soak_env = std::getenv("MEGAMOE_BENCH_SOAK_MS");
@@ -261,35 +215,15 @@ int main(int argc, char** argv) {
       c.fp8_combine = fp8_combine;
       const std::int64_t el = c.experts_per_rank(), H = c.shape.hidden;
       const Nvfp4KernelWeightBytes wb = nvfp4_kernel_weight_bytes(c);
-      DeviceBuffer w13(wb.w13), w13_sf(wb.w13_sf), w2(wb.w2), w2_sf(wb.w2_sf);
-      fill(helpers, w13.get(), w13.size(), 1, false, stream.get());
-      fill(helpers, w13_sf.get(), w13_sf.size(), 2, true, stream.get());
-      fill(helpers, w2.get(), w2.size(), 3, false, stream.get());
-      fill(helpers, w2_sf.get(), w2_sf.size(), 4, true, stream.get());
-      std::vector<float> a1(static_cast<std::size_t>(el), 1.0f / 512), a2(a1), s2(a1.size(), 0.05f);
-      DeviceBuffer da1(a1.size() * 4), da2(a2.size() * 4), ds2(s2.size() * 4);
-      da1.copy_from_host(std::as_bytes(std::span<const float>(a1)));
-      da2.copy_from_host(std::as_bytes(std::span<const float>(a2)));
-      ds2.copy_from_host(std::as_bytes(std::span<const float>(s2)));
-      MEGAMOE_CU(d.cuCtxSynchronize());
-      if (bw_tbs == 0)
-        bw_tbs = runtime::measure_read_bandwidth_tbs(w13.get(), w13.size(), stream.get());
+      const Device gpu = cuda::current_gpu();  // every tensor is tagged with it
+      const bench::RandomKernelWeights weights(c, gpu, stream.get());
+      const Nvfp4KernelWeights& kw = weights.view;
+      if (bw_tbs == 0) {
+        bw_tbs = runtime::measure_read_bandwidth_tbs(weights.w13.get(), weights.w13.size(),
+                                                     stream.get());
+      }
       const double expert_bytes =
           static_cast<double>(wb.w13 + wb.w13_sf + wb.w2 + wb.w2_sf) / static_cast<double>(el);
-
-      const Device gpu = cuda::current_gpu();  // every tensor is tagged with it
-      Nvfp4KernelWeights kw;
-      auto blob = [&](const DeviceBuffer& b) {
-        return TensorView::contiguous(b.as<void>(), DType::u8,
-                                      {static_cast<std::int64_t>(b.size())}, gpu);
-      };
-      kw.w13 = blob(w13);
-      kw.w13_sf = blob(w13_sf);
-      kw.w2 = blob(w2);
-      kw.w2_sf = blob(w2_sf);
-      kw.fc1_alpha = TensorView::contiguous(da1.as<void>(), DType::f32, {el}, gpu);
-      kw.fc2_alpha = TensorView::contiguous(da2.as<void>(), DType::f32, {el}, gpu);
-      kw.fc2_input_scale = TensorView::contiguous(ds2.as<void>(), DType::f32, {el}, gpu);
       const SymmBuffer buffer = get_symm_buffer_for_mega_moe(c, "local");
 
       for (const RoutingCase& rc : routings) {
