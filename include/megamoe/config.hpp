@@ -13,6 +13,7 @@ struct MoEShape {
   std::int64_t intermediate = 0;  // I (per expert; FC1 produces 2I: gate rows then up rows)
   std::int64_t num_experts = 0;   // E, global
   int top_k = 0;                  // K
+  friend bool operator==(const MoEShape&, const MoEShape&) = default;
 };
 
 // One of the families of docs/design.md §1, as a (weight, activation) format pair plus options.
@@ -29,6 +30,8 @@ struct MoEConfig {
   int lora_rank = 128;
 
   std::int64_t experts_per_rank() const { return shape.num_experts / num_ranks; }
+  // Field by field (floats as floats: a NaN clamp makes a config unequal to itself).
+  friend bool operator==(const MoEConfig&, const MoEConfig&) = default;
 };
 
 // A short human-readable summary, e.g. "nvfp4xnvfp4 H=6144 I=3072 E=256 K=8 R=1 T=512".

@@ -58,6 +58,7 @@ struct ActivationSpec {
   float clamp = 0.0f;        // swiglu/geglu: 0 = no clamp; must be > 0 otherwise
   float oai_alpha = 1.702f;  // swiglu_oai only
   float oai_limit = 7.0f;    // swiglu_oai only
+  friend bool operator==(const ActivationSpec&, const ActivationSpec&) = default;
 };
 
 enum class DeviceKind : std::uint8_t { cpu, cuda };

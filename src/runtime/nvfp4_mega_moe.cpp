@@ -11,12 +11,14 @@
 #include <string>
 
 #include "core/buffer_plan_detail.hpp"
+#include "core/environment.hpp"
 #include "core/validate.hpp"
 #include "jit/compiler.hpp"
 #include "megamoe/error.hpp"
 #include "megamoe/heuristics.hpp"
 #include "runtime/cuda_driver.hpp"
 #include "runtime/device_select.hpp"
+#include "runtime/launch_memo.hpp"
 #include "runtime/module.hpp"
 #include "runtime/nvfp4_mega_moe_kernels.hpp"
 
@@ -105,6 +107,32 @@ CUfunction kernel_for(const MoEConfig& c, int block_m) {
       });
 }
 
+// What a call launches for one BLOCK_M: the loaded kernel and its launch shape.
+struct PreparedKernel {
+  CUfunction function = nullptr;
+  runtime::Nvfp4LaunchShape shape;
+};
+
+struct PreparedKey {
+  CUcontext context = nullptr;
+  MoEConfig config;
+  int block_m = 0;
+  std::string environment;  // the MEGAMOE_* tuning variables the shape reads
+  friend bool operator==(const PreparedKey&, const PreparedKey&) = default;
+};
+
+// kernel_for and the launch shape, remembered per (context, config, BLOCK_M, MEGAMOE_*
+// variables): building the request's strings and the shape took ~1-2 us of every call's host
+// time (bench_host_launch, run 251).
+PreparedKernel prepared_kernel(const MoEConfig& c, int block_m, const std::string& environment) {
+  CUcontext context = nullptr;
+  MEGAMOE_CU(cuda::driver().cuCtxGetCurrent(&context));
+  static runtime::LaunchMemo<PreparedKey, PreparedKernel> memo;
+  return memo.get(PreparedKey{context, c, block_m, environment}, [&] {
+    return PreparedKernel{kernel_for(c, block_m), runtime::nvfp4_launch_shape(c, block_m)};
+  });
+}
+
 }  // namespace
 
 void nvfp4_mega_moe(const SymmBuffer& buffer, std::span<const Nvfp4KernelWeights> weights,
@@ -166,8 +194,9 @@ void nvfp4_mega_moe(const SymmBuffer& buffer, std::span<const Nvfp4KernelWeights
         "nvfp4_mega_moe: intermediate must be below 32768 and hidden below 65536 (got " +
         std::to_string(c.shape.intermediate) + ", " + std::to_string(c.shape.hidden) + ")");
   }
-  const CUfunction function = kernel_for(c, block_m);
-  const CUfunction alt_function = alt ? kernel_for(c, *alt) : nullptr;
+  const std::string environment = megamoe_environment();
+  const PreparedKernel kernel = prepared_kernel(c, block_m, environment);
+  const PreparedKernel alt_kernel = alt ? prepared_kernel(c, *alt, environment) : PreparedKernel{};
 
   const SymmBufferPlan& plan = buffer.plan;
   KernelArgs a{};
@@ -228,21 +257,20 @@ void nvfp4_mega_moe(const SymmBuffer& buffer, std::span<const Nvfp4KernelWeights
   a.tile_choice_pct = tile_choice_percent();
   a.tile_choice_min_gain = alt ? tile_choice_min_gain_passes(c, block_m) : 0;
 
-  auto launch = [&](CUfunction f, int bm) {
+  auto launch = [&](const PreparedKernel& k) {
     runtime::LaunchConfig cfg;
     cfg.grid = {static_cast<unsigned>(a.ctas_per_rank * a.num_driven), 1, 1};
-    const runtime::Nvfp4LaunchShape shape = runtime::nvfp4_launch_shape(c, bm);
-    cfg.block = {static_cast<unsigned>(shape.threads), 1, 1};
-    cfg.dynamic_smem = shape.smem;
+    cfg.block = {static_cast<unsigned>(k.shape.threads), 1, 1};
+    cfg.dynamic_smem = k.shape.smem;
     cfg.stream = runtime::launch_stream(stream);
     // Launched while the previous kernel (the pre-dispatch, or the first of two) finishes; the
     // kernels wait for it (griddepcontrol.wait) before their first global access.
     cfg.pdl = runtime::use_pdl(cfg.stream);
-    runtime::launch_kernel(f, cfg, a);
+    runtime::launch_kernel(k.function, cfg, a);
   };
-  launch(function, block_m);
+  launch(kernel);
   // The wide kernel reads the first one's verdict and returns at once unless it was chosen.
-  if (alt) launch(alt_function, *alt);
+  if (alt) launch(alt_kernel);
 }
 
 int nvfp4_tile_choice_of_last_call(const SymmBuffer& buffer, int rank) {

@@ -11,6 +11,7 @@
 #include "megamoe/pre_dispatch.hpp"
 #include "runtime/cuda_driver.hpp"
 #include "runtime/device_select.hpp"
+#include "runtime/launch_memo.hpp"
 #include "runtime/module.hpp"
 #include "runtime/pre_dispatch_kernel.hpp"
 
@@ -164,6 +165,36 @@ std::vector<jit::KernelRequest> pre_dispatch_kernels(const MoEConfig& config) {
   return out;
 }
 
+namespace {
+
+struct PreparedPreDispatch {
+  CUfunction function = nullptr;
+  int threads = 0;
+  int warps_per_row = 0;
+};
+
+struct PreparedKey {
+  CUcontext context = nullptr;
+  MoEConfig config;
+  PreDispatchVariant variant;
+  friend bool operator==(const PreparedKey&, const PreparedKey&) = default;
+};
+
+// The function and CTA shape of (config, variant), remembered per context: the request's
+// strings cost ~0.5 us a call otherwise (bench_host_launch).
+PreparedPreDispatch prepare_pre_dispatch(const MoEConfig& c, const PreDispatchVariant& variant) {
+  CUcontext context = nullptr;
+  MEGAMOE_CU(cuda::driver().cuCtxGetCurrent(&context));
+  static LaunchMemo<PreparedKey, PreparedPreDispatch> memo;
+  return memo.get(PreparedKey{context, c, variant}, [&] {
+    return PreparedPreDispatch{load_cached(pre_dispatch_request(c, variant)),
+                               pre_dispatch_threads(c, variant),
+                               pre_dispatch_fp4_warps_per_row(c, variant)};
+  });
+}
+
+}  // namespace
+
 void launch_pre_dispatch(const SymmBuffer& buffer, std::span<const PreDispatchInputs> inputs,
                          megamoe::Stream stream, bool hw_e4m3, bool cta_per_row,
                          int fp4_warps_per_row) {
@@ -184,9 +215,10 @@ void launch_pre_dispatch(const SymmBuffer& buffer, std::span<const PreDispatchIn
   for (const PreDispatchInputs& in : inputs) {
     const PreDispatchVariant variant{in.topk_idx.dtype == DType::i64, in.expert_scales.defined(),
                                      hw_e4m3, cta_per_row, fp4_warps_per_row};
-    const CUfunction function = load_cached(pre_dispatch_request(c, variant));
-    const int threads = pre_dispatch_threads(c, variant);
-    const int warps_per_row = pre_dispatch_fp4_warps_per_row(c, variant);
+    const PreparedPreDispatch prepared = prepare_pre_dispatch(c, variant);
+    const CUfunction function = prepared.function;
+    const int threads = prepared.threads;
+    const int warps_per_row = prepared.warps_per_row;
     const std::int64_t rows_per_cta = warps_per_row != 0 ? kFp4RowsWarpsPerCta / warps_per_row : 1;
 
     void* base = buffer.memory->base(in.rank);

@@ -21,6 +21,7 @@ struct PreDispatchVariant {
   // FP4 only: 1, 2 or 4 warps per row in the row kernel (sm90_pre_dispatch_fp4_rows.cuh); 0 = the
   // measured default (pre_dispatch_fp4_warps_per_row). Ignored when the row does not fit.
   int fp4_warps_per_row = 0;
+  friend bool operator==(const PreDispatchVariant&, const PreDispatchVariant&) = default;
 };
 
 // The JIT request for `config` (act_format fp8, mxfp4 or nvfp4). InvalidArgument otherwise.

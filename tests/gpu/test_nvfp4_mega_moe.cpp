@@ -745,6 +745,36 @@ TEST_F(Nvfp4MegaMoe, WideForcedAfterPlanningIsRefused) {
   for (const std::uint16_t bits : after.out[0]) ASSERT_EQ(bits, 0xFFFF) << "output written";
 }
 
+// A call's kernel and launch shape are remembered (runtime/launch_memo.hpp) under the MEGAMOE_*
+// variables of the call: a tuning variable set after a call that succeeded is read by the next
+// call, which refuses it before writing anything, and once it is unset a call runs as before,
+// bitwise.
+TEST_F(Nvfp4MegaMoe, TuningVariableSetAfterACallIsRead) {
+  const auto pipelined = use_version("pipelined");
+  if (!pipelined) GTEST_SKIP() << "tests the pipelined kernel; MEGAMOE_NVFP4_KERNEL forces another";
+  Case c;
+  c.top_k = 6;
+  c.tokens = 4;
+  c.t_max = 5;
+  Harness hs(c, case_seed());
+  hs.library_dispatch = true;
+  const Result first = hs.poisoned_run();
+  std::printf("%s\n", hs.check(first).c_str());
+  {
+    const test::ScopedEnv stages("MEGAMOE_NVFP4_STAGES", "9");
+    try {
+      hs.poisoned_run();
+      FAIL() << "MEGAMOE_NVFP4_STAGES=9 set after a call was not read";
+    } catch (const InvalidArgument& e) {
+      EXPECT_EQ(std::string(e.argument()), "MEGAMOE_NVFP4_STAGES") << e.what();
+    }
+    const Result refused = hs.fetch();
+    for (const std::uint16_t bits : refused.out[0]) ASSERT_EQ(bits, 0xFFFF) << "output written";
+  }
+  const Result again = hs.poisoned_run();
+  EXPECT_EQ(again.out, first.out);
+}
+
 // FP8 combine slots from the wide kernel, whose FC2 epilogue shares each 1x128 block's amax
 // across 8 warps: the shapes of WideKernelSubTilesAndStages with FC1's exchange in 2, 1 or 0
 // result buffers where they fit, four ranks, and the dsv4-flash widths (32-token sub-tiles,
