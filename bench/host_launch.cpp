@@ -1,6 +1,6 @@
 // What the host spends on one eager layer call (no CUDA graph), and where: an engine that does
-// not capture graphs pays it on every layer of every step. Each row is the mean per call over
-// many calls enqueued behind each other, never waiting for the GPU on the way.
+// not capture graphs pays it on every layer of every step. Each figure is per call, over many
+// calls enqueued behind each other, never waiting for the GPU on the way.
 //
 //   calls   enqueue of mega_moe_pre_dispatch + nvfp4_mega_moe, and of each alone (the GPU keeps
 //           running them; the queue never fills);
@@ -10,9 +10,12 @@
 //   floor   cuLaunchKernelEx of an empty kernel with a 16-byte or a 1-KB parameter block, with and
 //           without the PDL attribute: what no launcher can go below.
 //
+// Every figure is the median over 9 batches, with the batches' range.
+//
 //   bench_host_launch [out.md]     presets dsv4-flash and h6144-e256-k8, T = 1, 128, 512
 #include <cuda.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -39,8 +42,9 @@ namespace {
 
 using namespace megamoe;
 
-constexpr int kQueuedCalls = 100;   // enqueued calls per timing (a few hundred launches at most)
-constexpr int kHostRepeats = 2000;  // repeats of a host-only part
+constexpr int kQueuedCalls = 100;  // enqueued calls per batch (a few hundred launches at most)
+constexpr int kBatches = 9;
+constexpr int kHostRepeats = 500;  // repeats of a host-only part per batch
 
 // Mean microseconds per call of `body` over `n` calls, after `warm` untimed ones.
 template <class Body>
@@ -52,15 +56,25 @@ double mean_us(int n, int warm, Body&& body) {
   return std::chrono::duration<double, std::micro>(t1 - t0).count() / n;
 }
 
-// Enqueue time per call: the stream is idle at the start, `body` enqueues GPU work, and the
-// GPU's backlog is drained after the clock stops.
+struct Timing {
+  double median = 0, low = 0, high = 0;  // us per call over the batches
+};
+
+// Enqueue time per call: in each of kBatches batches the stream is idle at the start, `body`
+// enqueues GPU work kQueuedCalls times, and the GPU's backlog is drained after the clock stops.
+// The host's timings vary by tens of percent from batch to batch (run 252): the median of the
+// batches is the figure, with their range beside it.
 template <class Body>
-double enqueue_us(const runtime::Stream& stream, Body&& body) {
+Timing enqueue_us(const runtime::Stream& stream, Body&& body) {
   for (int i = 0; i < 3; ++i) body();
   stream.synchronize();
-  const double us = mean_us(kQueuedCalls, 0, body);
-  stream.synchronize();
-  return us;
+  std::vector<double> us;
+  for (int b = 0; b < kBatches; ++b) {
+    us.push_back(mean_us(kQueuedCalls, 0, body));
+    stream.synchronize();
+  }
+  std::sort(us.begin(), us.end());
+  return {us[us.size() / 2], us.front(), us.back()};
 }
 
 // The bytes of nvfp4_mega_moe's parameter block, rounded up (its KernelArgs holds ~0.9 KB).
@@ -84,12 +98,15 @@ CUfunction empty_kernel(const char* entry) {
 
 struct Line {
   std::string what;
-  double us;
+  Timing t;
 };
 
 void print(FILE* f, const std::string& title, const std::vector<Line>& lines) {
-  std::fprintf(f, "\n%s\n\n| part | us per call |\n|---|---|\n", title.c_str());
-  for (const Line& l : lines) std::fprintf(f, "| %s | %.2f |\n", l.what.c_str(), l.us);
+  std::fprintf(f, "\n%s\n\n| part | us per call | range over the batches |\n|---|---|---|\n",
+               title.c_str());
+  for (const Line& l : lines) {
+    std::fprintf(f, "| %s | %.2f | %.2f-%.2f |\n", l.what.c_str(), l.t.median, l.t.low, l.t.high);
+  }
 }
 
 std::vector<Line> launch_floor(const runtime::Stream& stream) {
@@ -142,7 +159,10 @@ std::vector<Line> layer_rows(const MoEConfig& c, std::int64_t tokens, const Devi
   lines.push_back({"MoE alone", enqueue_us(stream, moe)});
 
   auto host = [&](const std::string& what, auto&& body) {
-    lines.push_back({what, mean_us(kHostRepeats, 10, body)});
+    std::vector<double> us;
+    for (int b = 0; b < kBatches; ++b) us.push_back(mean_us(kHostRepeats, b == 0 ? 10 : 0, body));
+    std::sort(us.begin(), us.end());
+    lines.push_back({what, {us[us.size() / 2], us.front(), us.back()}});
   };
   const Nvfp4KernelWeightBytes bytes = nvfp4_kernel_weight_bytes(c);
   host("part: cuda::current_gpu()", [&] { (void)cuda::current_gpu(); });
