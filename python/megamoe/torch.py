@@ -1,8 +1,10 @@
 """megamoe.torch: the GPU calls for PyTorch users.
 
 * The launches are ``torch.library`` custom ops (``torch.ops.megamoe.*``) with fake
-  implementations, so ``torch.compile`` traces them and CUDA-graph capture records them: every op
-  launches on ``torch.cuda.current_stream()`` and never synchronizes.
+  implementations, so ``torch.compile`` traces them; eager calls of ``mega_moe_pre_dispatch`` and
+  ``nvfp4_mega_moe`` run the same function without the dispatcher (``_direct``). Every call
+  launches on ``torch.cuda.current_stream()`` and never synchronizes, so CUDA-graph capture
+  records it.
 * ``get_symm_buffer_for_mega_moe`` returns a ``SymmBuffer`` whose named regions are torch tensors
   (views of the device memory, no copies).
 * ``transform_weights_for_mega_moe`` allocates the kernel layout and fills it (once, at load).
@@ -135,15 +137,35 @@ def _buffer(buffer_id: int) -> SymmBuffer:
             "buffer", "must be a live SymmBuffer") from None
 
 
+# ---- eager calls ---------------------------------------------------------------------------
+def _direct(tensor: torch.Tensor) -> bool:
+    """Whether a layer call runs its function itself instead of through torch.ops: yes for plain
+    tensors outside torch.compile's tracing. The custom ops' dispatcher costs ~N us a layer call
+    (bench/python_host_launch.py) and buys eager code only the version bumps of the tensors the
+    call writes, which _written makes itself. Traced code (torch.compile, make_fx) and tensor
+    subclasses (fake, proxy) go through the ops, whose fake implementations they need."""
+    return type(tensor) is torch.Tensor and not torch.compiler.is_compiling()
+
+
+def _written(tensors) -> None:
+    """Bumps the version counters of tensors a call wrote, as a custom op that mutates them does,
+    so that autograd refuses a backward that saved one of them before the call."""
+    for t in tensors:
+        torch.autograd.graph.increment_version(t)
+
+
 # ---- pre-dispatch ----------------------------------------------------------------------------
+def _run_pre_dispatch(buf: "SymmBuffer", x, topk_idx, topk_weights, expert_scales, rank):
+    _core.mega_moe_pre_dispatch(buf.core, _arg(x), _arg(topk_idx), _arg(topk_weights),
+                                expert_scales=_arg(expert_scales), rank=rank,
+                                stream=_stream(x.device))
+
+
 @torch.library.custom_op("megamoe::pre_dispatch", mutates_args=("memory",))
 def _pre_dispatch_op(buffer_id: int, memory: List[torch.Tensor], x: torch.Tensor,
                      topk_idx: torch.Tensor, topk_weights: torch.Tensor,
                      expert_scales: Optional[torch.Tensor], rank: int) -> None:
-    buf = _buffer(buffer_id)
-    _core.mega_moe_pre_dispatch(buf.core, _arg(x), _arg(topk_idx), _arg(topk_weights),
-                                expert_scales=_arg(expert_scales), rank=rank,
-                                stream=_stream(x.device))
+    _run_pre_dispatch(_buffer(buffer_id), x, topk_idx, topk_weights, expert_scales, rank)
 
 
 @_pre_dispatch_op.register_fake
@@ -157,6 +179,10 @@ def mega_moe_pre_dispatch(buffer: SymmBuffer, x: torch.Tensor, topk_idx: torch.T
     """Quantizes bf16 tokens x [T, H] and their routing into rank's input region (default: the
     first rank this process drives)."""
     rank = buffer.driven_ranks[0] if rank is None else rank
+    if _direct(x):
+        _run_pre_dispatch(buffer, x, topk_idx, topk_weights, expert_scales, rank)
+        _written(buffer.memory)
+        return
     torch.ops.megamoe.pre_dispatch(buffer.id, buffer.memory, x, topk_idx, topk_weights,
                                    expert_scales, rank)
 
@@ -206,18 +232,23 @@ def transform_ue4m3_sf_into_required_layout(sf: torch.Tensor, from_layout,
 
 
 # ---- the fused layers ------------------------------------------------------------------------
+def _run_nvfp4(buf: "SymmBuffer", fields, out, ranks, max_tokens_across_ranks):
+    """fields: the seven kernel-weight lists in _KERNEL_FIELDS order, one tensor per output."""
+    weights = [dict(zip(_KERNEL_FIELDS, (_arg(f[i]) for f in fields))) for i in range(len(out))]
+    _core.nvfp4_mega_moe(buf.core, weights, [_arg(o) for o in out], rank=list(ranks),
+                         stream=_stream(out[0].device),
+                         max_tokens_across_ranks=max_tokens_across_ranks)
+
+
 @torch.library.custom_op("megamoe::nvfp4_mega_moe", mutates_args=("memory", "out"))
 def _nvfp4_op(buffer_id: int, memory: List[torch.Tensor], w13: List[torch.Tensor],
               w13_sf: List[torch.Tensor], w2: List[torch.Tensor], w2_sf: List[torch.Tensor],
               fc1_alpha: List[torch.Tensor], fc2_alpha: List[torch.Tensor],
               fc2_input_scale: List[torch.Tensor], out: List[torch.Tensor],
               ranks: List[int], max_tokens_across_ranks: int = 0) -> None:
-    buf = _buffer(buffer_id)
-    fields = (w13, w13_sf, w2, w2_sf, fc1_alpha, fc2_alpha, fc2_input_scale)
-    weights = [dict(zip(_KERNEL_FIELDS, (_arg(f[i]) for f in fields))) for i in range(len(out))]
-    _core.nvfp4_mega_moe(buf.core, weights, [_arg(o) for o in out], rank=list(ranks),
-                         stream=_stream(out[0].device),
-                         max_tokens_across_ranks=max_tokens_across_ranks)
+    _run_nvfp4(_buffer(buffer_id),
+               (w13, w13_sf, w2, w2_sf, fc1_alpha, fc2_alpha, fc2_input_scale), out, ranks,
+               max_tokens_across_ranks)
 
 
 @_nvfp4_op.register_fake
@@ -262,8 +293,14 @@ def nvfp4_mega_moe(buffer: SymmBuffer, weights, num_tokens=None, out=None, ranks
     ranks = _ranks(buffer, ranks, single, len(ws))
     outs = _outputs(buffer, num_tokens, out, len(ws))
     fields = [[w[name] for w in ws] for name in _KERNEL_FIELDS]
+    max_tokens = int(max_tokens_across_ranks or 0)
+    if _direct(outs[0]):
+        _run_nvfp4(buffer, fields, outs, ranks, max_tokens)
+        _written(buffer.memory)
+        _written(outs)
+        return outs[0] if single else outs
     torch.ops.megamoe.nvfp4_mega_moe(buffer.id, buffer.memory, *fields, outs, list(ranks),
-                                     int(max_tokens_across_ranks or 0))
+                                     max_tokens)
     return outs[0] if single else outs
 
 

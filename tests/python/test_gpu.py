@@ -318,6 +318,38 @@ def test_torch_compile_traces_the_custom_ops():
     assert_close_to_oracle(eager, layer.oracle(x, idx, w))
 
 
+def test_eager_calls_skip_the_dispatcher_and_bump_what_they_write():
+    # Eager calls run the ops' function without the dispatcher (megamoe.torch._direct): the same
+    # bits as torch.ops.megamoe.*, and the tensors they write move their version counters as the
+    # ops' would, so autograd refuses a backward that saved the output before a later call.
+    c = nvfp4_config(num_ranks=1, num_experts=8)
+    s = seed()
+    layer = Layer(c, s)
+    buf = mt.get_symm_buffer_for_mega_moe(c)
+    x, idx, w = inputs(c, 5, s + 4)
+    xt, it, wt = bf16(x), cuda(idx), cuda(w)
+    memory_version = buf.memory[0]._version
+    mt.mega_moe_pre_dispatch(buf, xt, it, wt)
+    assert buf.memory[0]._version > memory_version
+    out = torch.full((5, c.hidden), float("nan"), dtype=torch.bfloat16, device=DEV)
+    out_version = out._version
+    assert mt.nvfp4_mega_moe(buf, layer.kernel[0], out=out) is out
+    assert out._version > out_version
+    via_ops = torch.full_like(out, float("nan"))
+    torch.ops.megamoe.pre_dispatch(buf.id, buf.memory, xt, it, wt, None, 0)
+    torch.ops.megamoe.nvfp4_mega_moe(buf.id, buf.memory,
+                                     *[[layer.kernel[0][n]] for n in mt._KERNEL_FIELDS],
+                                     [via_ops], [0], 0)
+    torch.cuda.synchronize()
+    assert torch.equal(out, via_ops)
+    assert_close_to_oracle(out, layer.oracle(x, idx, w))
+    a = torch.ones_like(out, requires_grad=True)
+    y = (a * out).sum()  # saves out for a's gradient
+    mt.nvfp4_mega_moe(buf, layer.kernel[0], out=out)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.backward()
+
+
 def test_sm_budget_and_block_m_from_python():
     n = megamoe.get_num_sms()
     assert n > 0
