@@ -10,8 +10,8 @@ stream (the GPU drained between batches, never inside one), with the batches' ra
                  and older releases of megamoe.torch run them;
   extension      megamoe._core's functions with DLPack capsules made per call (the floor of any
                  Python path that hands tensors over by DLPack);
-  parts          to_dlpack of one tensor; one custom op with the same argument lists that does
-                 nothing (the dispatcher's share).
+  parts          one tensor handed over by DLPack; the current stream's handle; one custom op
+                 with the MoE op's argument lists that does nothing (the dispatcher's share).
 
 Weights are random valid NVFP4 codes and scales written straight in the kernel layout.
 
@@ -131,7 +131,8 @@ def rows_for(preset, tokens, device):
         ("extension: pre-dispatch + MoE", timed(both(ext_pre, ext_moe))),
         ("extension: pre-dispatch alone", timed(ext_pre)),
         ("extension: MoE alone", timed(ext_moe)),
-        ("part: to_dlpack of one tensor", timed(lambda: a(out))),
+        ("part: megamoe.torch._arg of one tensor (to_dlpack)", timed(lambda: a(out))),
+        ("part: the current stream's handle", timed(lambda: mt._stream(out.device))),
         ("part: a custom op with the MoE op's lists, doing nothing",
          timed(lambda: torch.ops.megamoe_bench.nothing(buf.id, buf.memory, *fields, [out], [0],
                                                        0))),

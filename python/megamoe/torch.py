@@ -149,9 +149,11 @@ def _direct(tensor: torch.Tensor) -> bool:
 
 def _written(tensors) -> None:
     """Bumps the version counters of tensors a call wrote, as a custom op that mutates them does,
-    so that autograd refuses a backward that saved one of them before the call."""
+    so that autograd refuses a backward that saved one of them before the call (inference tensors
+    have none)."""
     for t in tensors:
-        torch.autograd.graph.increment_version(t)
+        if not t.is_inference():
+            torch.autograd.graph.increment_version(t)
 
 
 # ---- pre-dispatch ----------------------------------------------------------------------------
@@ -232,6 +234,32 @@ def transform_ue4m3_sf_into_required_layout(sf: torch.Tensor, from_layout,
 
 
 # ---- the fused layers ------------------------------------------------------------------------
+# id(weights dict) -> (weak references to its tensors, their data pointers and shapes, the
+# extension's views of them): made once, checked on every eager call.
+_WEIGHT_VIEWS: dict = {}
+_MAX_WEIGHT_VIEWS = 256
+
+
+def _weight_views(w):
+    """The extension's views of a weight dict's tensors, taken once (DLPack costs ~2-3 us a
+    tensor a call). Taken again when the dict holds other tensors, or one of them moved its data
+    or changed its shape (set_, resize_); the views keep nothing alive, so a tensor that died
+    fails the identity check."""
+    tensors = [w[name] for name in _KERNEL_FIELDS]
+    entry = _WEIGHT_VIEWS.get(id(w))
+    if entry is not None:
+        refs, marks, views = entry
+        if all(r() is t and m == (t.data_ptr(), t.shape)
+               for r, t, m in zip(refs, tensors, marks)):
+            return views
+    views = _core.Nvfp4KernelWeightViews(dict(zip(_KERNEL_FIELDS, (_arg(t) for t in tensors))))
+    if len(_WEIGHT_VIEWS) >= _MAX_WEIGHT_VIEWS:
+        _WEIGHT_VIEWS.clear()
+    _WEIGHT_VIEWS[id(w)] = ([weakref.ref(t) for t in tensors],
+                            [(t.data_ptr(), t.shape) for t in tensors], views)
+    return views
+
+
 def _run_nvfp4(buf: "SymmBuffer", fields, out, ranks, max_tokens_across_ranks):
     """fields: the seven kernel-weight lists in _KERNEL_FIELDS order, one tensor per output."""
     weights = [dict(zip(_KERNEL_FIELDS, (_arg(f[i]) for f in fields))) for i in range(len(out))]
@@ -292,13 +320,15 @@ def nvfp4_mega_moe(buffer: SymmBuffer, weights, num_tokens=None, out=None, ranks
     ws = _weight_lists(weights)
     ranks = _ranks(buffer, ranks, single, len(ws))
     outs = _outputs(buffer, num_tokens, out, len(ws))
-    fields = [[w[name] for w in ws] for name in _KERNEL_FIELDS]
     max_tokens = int(max_tokens_across_ranks or 0)
     if _direct(outs[0]):
-        _run_nvfp4(buffer, fields, outs, ranks, max_tokens)
+        _core.nvfp4_mega_moe(buffer.core, [_weight_views(w) for w in ws], [_arg(o) for o in outs],
+                             rank=list(ranks), stream=_stream(outs[0].device),
+                             max_tokens_across_ranks=max_tokens)
         _written(buffer.memory)
         _written(outs)
         return outs[0] if single else outs
+    fields = [[w[name] for w in ws] for name in _KERNEL_FIELDS]
     torch.ops.megamoe.nvfp4_mega_moe(buffer.id, buffer.memory, *fields, outs, list(ranks),
                                      max_tokens)
     return outs[0] if single else outs

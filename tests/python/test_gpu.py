@@ -350,6 +350,41 @@ def test_eager_calls_skip_the_dispatcher_and_bump_what_they_write():
         y.backward()
 
 
+def test_eager_weight_views_follow_the_dicts_tensors():
+    # Eager calls take the extension's views of a weight dict's tensors once
+    # (megamoe.torch._weight_views); an entry replaced by another tensor, or a tensor whose data
+    # moved (set_), must be seen by the next call: each result equals torch.ops.megamoe.*'s on the
+    # same dict, which hands every tensor over afresh.
+    c = nvfp4_config(num_ranks=1, num_experts=8)
+    s = seed()
+    a, b = Layer(c, s), Layer(c, s + 100)
+    buf = mt.get_symm_buffer_for_mega_moe(c)
+    tokens = 6
+    x, idx, w = inputs(c, tokens, s + 5)
+    mt.mega_moe_pre_dispatch(buf, bf16(x), cuda(idx), cuda(w))
+
+    def via_ops(weights):
+        out = torch.full((tokens, c.hidden), float("nan"), dtype=torch.bfloat16, device=DEV)
+        torch.ops.megamoe.nvfp4_mega_moe(buf.id, buf.memory,
+                                         *[[weights[n]] for n in mt._KERNEL_FIELDS], [out], [0], 0)
+        return out
+
+    weights = dict(a.kernel[0])
+    first = mt.nvfp4_mega_moe(buf, weights, num_tokens=tokens)
+    assert torch.equal(first, via_ops(weights))
+    weights["w2"], weights["fc2_alpha"] = b.kernel[0]["w2"], b.kernel[0]["fc2_alpha"]
+    mixed = mt.nvfp4_mega_moe(buf, weights, num_tokens=tokens)
+    assert not torch.equal(mixed, first)
+    assert torch.equal(mixed, via_ops(weights))
+    weights["w13"] = weights["w13"].clone()
+    weights["w13"].set_(b.kernel[0]["w13"].clone())  # same object, other storage
+    moved = mt.nvfp4_mega_moe(buf, weights, num_tokens=tokens)
+    assert not torch.equal(moved, mixed)
+    assert torch.equal(moved, via_ops(weights))
+    torch.cuda.synchronize()
+    assert torch.isfinite(moved.float()).all()
+
+
 def test_sm_budget_and_block_m_from_python():
     n = megamoe.get_num_sms()
     assert n > 0

@@ -40,6 +40,22 @@ Nvfp4KernelWeights kernel_weights_of(nb::handle w, bool writable) {
   return k;
 }
 
+// Views of one rank's kernel-layout weights, made once from their arrays: megamoe.torch keeps one
+// per weight dict, so that a layer call does not hand the seven tensors over by DLPack again
+// (~20 us of host time a call, bench/python_host_launch.py). It holds no reference to the arrays:
+// its owner checks that they are alive and unmoved before each use, and every call validates the
+// views against the configuration as it validates any.
+struct Nvfp4KernelWeightViews {
+  Nvfp4KernelWeights views;
+};
+
+Nvfp4KernelWeights weights_of(nb::handle w) {
+  if (nb::isinstance<Nvfp4KernelWeightViews>(w)) {
+    return nb::cast<const Nvfp4KernelWeightViews&>(w).views;
+  }
+  return kernel_weights_of(w, false);
+}
+
 void run_nvfp4(const SymmBuffer& buffer, nb::handle weights, nb::handle out, nb::handle rank,
                nb::handle stream, std::int64_t max_tokens_across_ranks) {
   const std::size_t n = is_sequence(out) ? nb::len(out) : 1;
@@ -52,7 +68,7 @@ void run_nvfp4(const SymmBuffer& buffer, nb::handle weights, nb::handle out, nb:
   std::vector<Nvfp4KernelWeights> w;
   std::vector<Nvfp4MoEOutputs> o;
   for (std::size_t i = 0; i < n; ++i) {
-    w.push_back(kernel_weights_of(ws[i], false));
+    w.push_back(weights_of(ws[i]));
     o.push_back(
         Nvfp4MoEOutputs{ranks[i], to_view(as_mutable_array(outs[i], "out"), "out", DType::bf16)});
   }
@@ -64,6 +80,17 @@ void run_nvfp4(const SymmBuffer& buffer, nb::handle weights, nb::handle out, nb:
 }  // namespace
 
 void register_nvfp4(nb::module_& m) {
+  nb::class_<Nvfp4KernelWeightViews>(
+      m, "Nvfp4KernelWeightViews",
+      "Views of one rank's kernel-layout weights, taken once; they do not keep the arrays alive")
+      .def(
+          "__init__",
+          [](Nvfp4KernelWeightViews* self, nb::handle weights) {
+            new (self) Nvfp4KernelWeightViews{kernel_weights_of(weights, false)};
+          },
+          nb::arg("weights"),
+          "weights: {w13, w13_sf, w2, w2_sf, fc1_alpha, fc2_alpha, fc2_input_scale} (device "
+          "arrays)");
   m.def(
       "nvfp4_kernel_weight_bytes",
       [](const MoEConfig& config) {
