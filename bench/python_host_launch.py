@@ -10,8 +10,9 @@ stream (the GPU drained between batches, never inside one), with the batches' ra
                  and older releases of megamoe.torch run them;
   extension      megamoe._core's functions with DLPack capsules made per call (the floor of any
                  Python path that hands tensors over by DLPack);
-  parts          one tensor handed over by DLPack; the current stream's handle; one custom op
-                 with the MoE op's argument lists that does nothing (the dispatcher's share).
+  parts          pieces of the Python path (one tensor handed over by DLPack, the current
+                 stream's handle two ways, the weight views' check, a version bump) and one custom
+                 op with the MoE op's argument lists that does nothing (the dispatcher's share).
 
 Weights are random valid NVFP4 codes and scales written straight in the kernel layout.
 
@@ -132,7 +133,18 @@ def rows_for(preset, tokens, device):
         ("extension: pre-dispatch alone", timed(ext_pre)),
         ("extension: MoE alone", timed(ext_moe)),
         ("part: megamoe.torch._arg of one tensor (to_dlpack)", timed(lambda: a(out))),
-        ("part: the current stream's handle", timed(lambda: mt._stream(out.device))),
+        ("part: megamoe.torch._stream (the current stream's handle)",
+         timed(lambda: mt._stream(out.device))),
+        ("part: torch.cuda.current_stream(device).cuda_stream",
+         timed(lambda: torch.cuda.current_stream(out.device).cuda_stream)),
+        ("part: torch._C._cuda_getCurrentRawStream", timed(
+            lambda: torch._C._cuda_getCurrentRawStream(out.device.index))),
+        ("part: data_ptr() and shape of one tensor", timed(lambda: (out.data_ptr(), out.shape))),
+        ("part: data_ptr() of one tensor", timed(lambda: out.data_ptr())),
+        ("part: megamoe.torch._weight_views of a cached dict", timed(
+            lambda: mt._weight_views(weights))),
+        ("part: megamoe.torch._written of one tensor", timed(lambda: mt._written((out,)))),
+        ("part: megamoe.torch._direct", timed(lambda: mt._direct(out))),
         ("part: a custom op with the MoE op's lists, doing nothing",
          timed(lambda: torch.ops.megamoe_bench.nothing(buf.id, buf.memory, *fields, [out], [0],
                                                        0))),
