@@ -44,8 +44,8 @@ get_block_m_for_mega_moe = getattr(_core, "get_block_m_for_mega_moe", None)
 set_num_sms = getattr(_core, "set_num_sms", None)
 
 
-# The current stream's handle without building a torch.cuda.Stream: ~0.3 against ~3.7 us a call
-# (bench/python_host_launch.py). torch's own generated code (inductor) reads it this way; older
+# The current stream's handle without building a torch.cuda.Stream: ~0.4 against ~3 us a call
+# (bench/python_host_launch.py, run 257). torch's own generated code (inductor) reads it this way; older
 # or other builds without it take the public route.
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
@@ -148,10 +148,12 @@ def _buffer(buffer_id: int) -> SymmBuffer:
 # ---- eager calls ---------------------------------------------------------------------------
 def _direct(tensor: torch.Tensor) -> bool:
     """Whether a layer call runs its function itself instead of through torch.ops: yes for plain
-    tensors outside torch.compile's tracing. The custom ops' dispatcher costs ~N us a layer call
-    (bench/python_host_launch.py) and buys eager code only the version bumps of the tensors the
-    call writes, which _written makes itself. Traced code (torch.compile, make_fx) and tensor
-    subclasses (fake, proxy) go through the ops, whose fake implementations they need."""
+    tensors outside torch.compile's tracing. The custom ops' dispatcher costs ~50-60 us of host
+    time a layer call (run 257 at dsv4-flash T = 1: 92 us through torch.ops, 28 us this way; an op
+    with the MoE op's argument lists that does nothing 33 us; bench/python_host_launch.py) and
+    buys eager code only the version bumps of the tensors the call writes, which _written makes
+    itself. Traced code (torch.compile, make_fx) and tensor subclasses (fake, proxy) go through
+    the ops, whose fake implementations they need."""
     return type(tensor) is torch.Tensor and not torch.compiler.is_compiling()
 
 
@@ -249,10 +251,11 @@ _MAX_WEIGHT_VIEWS = 256
 
 
 def _weight_views(w):
-    """The extension's views of a weight dict's tensors, taken once (DLPack costs ~2-3 us a
-    tensor a call). Taken again when the dict holds other tensors, or one of them moved its data
-    or changed its shape (set_, resize_); the views keep nothing alive, so a tensor that died
-    fails the identity check."""
+    """The extension's views of a weight dict's tensors, taken once: handing the seven over by
+    DLPack costs ~1-2 us a tensor a call, the check below ~3 us for all seven (run 257). Taken
+    again when the dict holds other tensors, or one of them moved its data or changed its shape
+    (set_, resize_); the views keep nothing alive, so a tensor that died fails the identity
+    check."""
     tensors = [w[name] for name in _KERNEL_FIELDS]
     entry = _WEIGHT_VIEWS.get(id(w))
     if entry is not None:

@@ -42,7 +42,7 @@ Nvfp4KernelWeights kernel_weights_of(nb::handle w, bool writable) {
 
 // Views of one rank's kernel-layout weights, made once from their arrays: megamoe.torch keeps one
 // per weight dict, so that a layer call does not hand the seven tensors over by DLPack again
-// (~20 us of host time a call, bench/python_host_launch.py). It holds no reference to the arrays:
+// (~1-2 us a tensor, bench/python_host_launch.py). It holds no reference to the arrays:
 // its owner checks that they are alive and unmoved before each use, and every call validates the
 // views against the configuration as it validates any.
 struct Nvfp4KernelWeightViews {
