@@ -33,6 +33,7 @@
 #include "megamoe/reference.hpp"
 #include "random_kernel_weights.hpp"
 #include "runtime/cuda_driver.hpp"
+#include "runtime/device_layer_io.hpp"
 #include "runtime/device_memory.hpp"
 #include "runtime/device_select.hpp"
 #include "runtime/module.hpp"
@@ -133,20 +134,11 @@ std::vector<Line> layer_rows(const MoEConfig& c, std::int64_t tokens, const Devi
                              const runtime::Stream& stream, const Nvfp4KernelWeights& kw) {
   const std::int64_t h = c.shape.hidden, k = c.shape.top_k;
   const reference::MoEInputs in = reference::random_inputs(c, tokens, {}, 7 + tokens);
-  const std::vector<std::uint16_t> xb = reference::to_bf16_bits(in.x);
-  const runtime::DeviceBuffer x = runtime::upload(xb), ids = runtime::upload(in.topk_idx),
-                              tw = runtime::upload(in.topk_weights);
-  runtime::DeviceBuffer out(static_cast<std::size_t>(tokens * h * 2));
+  const runtime::DeviceLayerIo io(in, tokens, h, k, gpu);
   const SymmBuffer buffer = get_symm_buffer_for_mega_moe(c, "local");
-  PreDispatchInputs pd;
-  pd.x = TensorView::contiguous(x.as<void>(), DType::bf16, {tokens, h}, gpu);
-  pd.topk_idx = TensorView::contiguous(ids.as<void>(), DType::i64, {tokens, k}, gpu);
-  pd.topk_weights = TensorView::contiguous(tw.as<void>(), DType::f32, {tokens, k}, gpu);
-  const Nvfp4MoEOutputs outputs{
-      0, TensorView::contiguous(out.as<void>(), DType::bf16, {tokens, h}, gpu)};
-  const std::span<const PreDispatchInputs> pds(&pd, 1);
+  const std::span<const PreDispatchInputs> pds(&io.pre_dispatch, 1);
   const std::span<const Nvfp4KernelWeights> ws(&kw, 1);
-  const std::span<const Nvfp4MoEOutputs> outs(&outputs, 1);
+  const std::span<const Nvfp4MoEOutputs> outs(&io.outputs, 1);
   auto pre = [&] { mega_moe_pre_dispatch(buffer, pds, stream.get()); };
   auto moe = [&] { nvfp4_mega_moe(buffer, ws, outs, stream.get()); };
 

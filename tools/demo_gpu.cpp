@@ -24,6 +24,7 @@
 #include "runtime/back_to_back.hpp"
 #include "runtime/bandwidth_probe.hpp"
 #include "runtime/cuda_driver.hpp"
+#include "runtime/device_layer_io.hpp"
 #include "runtime/device_memory.hpp"
 #include "runtime/device_select.hpp"
 #include "runtime/module.hpp"
@@ -230,16 +231,11 @@ int run_gpu_demo(const MoEConfig& config, std::int64_t tokens, std::uint64_t see
   double transform_ms = 0;
   const auto dw = load_weights(config, weights, fo.fc2_input_scale, &transform_ms);
 
-  const std::vector<std::uint16_t> xb = reference::to_bf16_bits(inputs.x);
-  DeviceBuffer x = upload(xb), ids = upload(inputs.topk_idx), tw = upload(inputs.topk_weights);
-  DeviceBuffer out(static_cast<std::size_t>(tokens * h * 2));
+  runtime::DeviceLayerIo io(inputs, tokens, h, k, gpu);
+  DeviceBuffer& out = io.out;
+  const PreDispatchInputs& pd = io.pre_dispatch;
+  const Nvfp4MoEOutputs& outputs = io.outputs;
   const SymmBuffer buffer = get_symm_buffer_for_mega_moe(config, "local");
-  PreDispatchInputs pd;
-  pd.x = TensorView::contiguous(x.as<void>(), DType::bf16, {tokens, h}, gpu);
-  pd.topk_idx = TensorView::contiguous(ids.as<void>(), DType::i64, {tokens, k}, gpu);
-  pd.topk_weights = TensorView::contiguous(tw.as<void>(), DType::f32, {tokens, k}, gpu);
-  const Nvfp4MoEOutputs outputs{
-      0, TensorView::contiguous(out.as<void>(), DType::bf16, {tokens, h}, gpu)};
   runtime::Stream stream;
   auto layer = [&] {
     mega_moe_pre_dispatch(buffer, std::span<const PreDispatchInputs>(&pd, 1), stream.get());

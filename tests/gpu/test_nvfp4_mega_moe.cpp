@@ -721,6 +721,19 @@ TEST_F(Nvfp4MegaMoe, WideKernelSubTilesAndStages) {
   }
 }
 
+// Runs the layer expecting InvalidArgument naming `argument` before anything is enqueued: the
+// poisoned output comes back untouched. `ran` says what it means that the call went through.
+void expect_refused_before_writing(Harness& hs, const char* argument, const char* ran) {
+  try {
+    hs.poisoned_run();
+    FAIL() << ran;
+  } catch (const InvalidArgument& e) {
+    EXPECT_EQ(std::string(e.argument()), argument) << e.what();
+  }
+  const Result after = hs.fetch();
+  for (const std::uint16_t bits : after.out[0]) ASSERT_EQ(bits, 0xFFFF) << "output written";
+}
+
 // A decode-only plan (BLOCK_M 8 at every token count) holds no wide-kernel scratch; forcing the
 // wide kernel after planning is refused before anything is enqueued, and the output keeps its
 // poison.
@@ -735,14 +748,8 @@ TEST_F(Nvfp4MegaMoe, WideForcedAfterPlanningIsRefused) {
   Harness hs(c, case_seed());
   ASSERT_FALSE(hs.buffer.plan.has("token_f16"));
   const test::ScopedEnv wide("MEGAMOE_NVFP4_KERNEL", "wide");
-  try {
-    hs.poisoned_run();
-    FAIL() << "the wide kernel ran without its scratch";
-  } catch (const InvalidArgument& e) {
-    EXPECT_EQ(std::string(e.argument()), "MEGAMOE_NVFP4_KERNEL") << e.what();
-  }
-  const Result after = hs.fetch();
-  for (const std::uint16_t bits : after.out[0]) ASSERT_EQ(bits, 0xFFFF) << "output written";
+  expect_refused_before_writing(hs, "MEGAMOE_NVFP4_KERNEL",
+                                "the wide kernel ran without its scratch");
 }
 
 // A call's kernel and launch shape are remembered (runtime/launch_memo.hpp) under the MEGAMOE_*
@@ -762,14 +769,8 @@ TEST_F(Nvfp4MegaMoe, TuningVariableSetAfterACallIsRead) {
   std::printf("%s\n", hs.check(first).c_str());
   {
     const test::ScopedEnv stages("MEGAMOE_NVFP4_STAGES", "9");
-    try {
-      hs.poisoned_run();
-      FAIL() << "MEGAMOE_NVFP4_STAGES=9 set after a call was not read";
-    } catch (const InvalidArgument& e) {
-      EXPECT_EQ(std::string(e.argument()), "MEGAMOE_NVFP4_STAGES") << e.what();
-    }
-    const Result refused = hs.fetch();
-    for (const std::uint16_t bits : refused.out[0]) ASSERT_EQ(bits, 0xFFFF) << "output written";
+    expect_refused_before_writing(hs, "MEGAMOE_NVFP4_STAGES",
+                                  "MEGAMOE_NVFP4_STAGES=9 set after a call was not read");
   }
   const Result again = hs.poisoned_run();
   EXPECT_EQ(again.out, first.out);

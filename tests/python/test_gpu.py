@@ -300,13 +300,28 @@ def test_cuda_graph_captures_and_replays_nvfp4_mega_moe():
         assert_close_to_oracle(torch.cat(outs), layer.oracle(x, idx, w))
 
 
-def test_torch_compile_traces_the_custom_ops():
+def one_rank_case(tokens, offset, layers=1):
+    """A one-rank layer of 8 experts (`layers` weight sets of it), its buffer, and fresh inputs:
+    (config, layers, buffer, numpy (x, idx, w), the same on the GPU)."""
     c = nvfp4_config(num_ranks=1, num_experts=8)
     s = seed()
-    layer = Layer(c, s)
+    ls = [Layer(c, s + 100 * i) for i in range(layers)]
     buf = mt.get_symm_buffer_for_mega_moe(c)
-    x, idx, w = inputs(c, 9, s + 3)
-    xt, it, wt = bf16(x), cuda(idx), cuda(w)
+    x, idx, w = inputs(c, tokens, s + offset)
+    return c, ls, buf, (x, idx, w), (bf16(x), cuda(idx), cuda(w))
+
+
+def nvfp4_via_ops(buf, weights, tokens):
+    """nvfp4_mega_moe through torch.ops.megamoe.* (every tensor handed over afresh), into a
+    NaN-poisoned output."""
+    out = torch.full((tokens, buf.hidden), float("nan"), dtype=torch.bfloat16, device=DEV)
+    torch.ops.megamoe.nvfp4_mega_moe(buf.id, buf.memory,
+                                     *[[weights[n]] for n in mt._KERNEL_FIELDS], [out], [0], 0)
+    return out
+
+
+def test_torch_compile_traces_the_custom_ops():
+    _, (layer,), buf, (x, idx, w), (xt, it, wt) = one_rank_case(9, 3)
 
     def moe(x_, i_, w_):
         mt.mega_moe_pre_dispatch(buf, x_, i_, w_, rank=0)
@@ -322,12 +337,7 @@ def test_eager_calls_skip_the_dispatcher_and_bump_what_they_write():
     # Eager calls run the ops' function without the dispatcher (megamoe.torch._direct): the same
     # bits as torch.ops.megamoe.*, and the tensors they write move their version counters as the
     # ops' would, so autograd refuses a backward that saved the output before a later call.
-    c = nvfp4_config(num_ranks=1, num_experts=8)
-    s = seed()
-    layer = Layer(c, s)
-    buf = mt.get_symm_buffer_for_mega_moe(c)
-    x, idx, w = inputs(c, 5, s + 4)
-    xt, it, wt = bf16(x), cuda(idx), cuda(w)
+    c, (layer,), buf, (x, idx, w), (xt, it, wt) = one_rank_case(5, 4)
     memory_version = buf.memory[0]._version
     mt.mega_moe_pre_dispatch(buf, xt, it, wt)
     assert buf.memory[0]._version > memory_version
@@ -335,11 +345,8 @@ def test_eager_calls_skip_the_dispatcher_and_bump_what_they_write():
     out_version = out._version
     assert mt.nvfp4_mega_moe(buf, layer.kernel[0], out=out) is out
     assert out._version > out_version
-    via_ops = torch.full_like(out, float("nan"))
     torch.ops.megamoe.pre_dispatch(buf.id, buf.memory, xt, it, wt, None, 0)
-    torch.ops.megamoe.nvfp4_mega_moe(buf.id, buf.memory,
-                                     *[[layer.kernel[0][n]] for n in mt._KERNEL_FIELDS],
-                                     [via_ops], [0], 0)
+    via_ops = nvfp4_via_ops(buf, layer.kernel[0], 5)
     torch.cuda.synchronize()
     assert torch.equal(out, via_ops)
     assert_close_to_oracle(out, layer.oracle(x, idx, w))
@@ -355,32 +362,21 @@ def test_eager_weight_views_follow_the_dicts_tensors():
     # (megamoe.torch._weight_views); an entry replaced by another tensor, or a tensor whose data
     # moved (set_), must be seen by the next call: each result equals torch.ops.megamoe.*'s on the
     # same dict, which hands every tensor over afresh.
-    c = nvfp4_config(num_ranks=1, num_experts=8)
-    s = seed()
-    a, b = Layer(c, s), Layer(c, s + 100)
-    buf = mt.get_symm_buffer_for_mega_moe(c)
     tokens = 6
-    x, idx, w = inputs(c, tokens, s + 5)
-    mt.mega_moe_pre_dispatch(buf, bf16(x), cuda(idx), cuda(w))
-
-    def via_ops(weights):
-        out = torch.full((tokens, c.hidden), float("nan"), dtype=torch.bfloat16, device=DEV)
-        torch.ops.megamoe.nvfp4_mega_moe(buf.id, buf.memory,
-                                         *[[weights[n]] for n in mt._KERNEL_FIELDS], [out], [0], 0)
-        return out
-
+    c, (a, b), buf, _, (xt, it, wt) = one_rank_case(tokens, 5, layers=2)
+    mt.mega_moe_pre_dispatch(buf, xt, it, wt)
     weights = dict(a.kernel[0])
+    weights["w13"] = weights["w13"].clone()  # ours to move below
     first = mt.nvfp4_mega_moe(buf, weights, num_tokens=tokens)
-    assert torch.equal(first, via_ops(weights))
+    assert torch.equal(first, nvfp4_via_ops(buf, weights, tokens))
     weights["w2"], weights["fc2_alpha"] = b.kernel[0]["w2"], b.kernel[0]["fc2_alpha"]
     mixed = mt.nvfp4_mega_moe(buf, weights, num_tokens=tokens)
     assert not torch.equal(mixed, first)
-    assert torch.equal(mixed, via_ops(weights))
-    weights["w13"] = weights["w13"].clone()
-    weights["w13"].set_(b.kernel[0]["w13"].clone())  # same object, other storage
+    assert torch.equal(mixed, nvfp4_via_ops(buf, weights, tokens))
+    weights["w13"].set_(b.kernel[0]["w13"].clone())  # the same object, other storage
     moved = mt.nvfp4_mega_moe(buf, weights, num_tokens=tokens)
     assert not torch.equal(moved, mixed)
-    assert torch.equal(moved, via_ops(weights))
+    assert torch.equal(moved, nvfp4_via_ops(buf, weights, tokens))
     torch.cuda.synchronize()
     assert torch.isfinite(moved.float()).all()
 
