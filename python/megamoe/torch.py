@@ -45,8 +45,8 @@ set_num_sms = getattr(_core, "set_num_sms", None)
 
 
 # The current stream's handle without building a torch.cuda.Stream: ~0.4 against ~3 us a call
-# (bench/python_host_launch.py, run 257). torch's own generated code (inductor) reads it this way; older
-# or other builds without it take the public route.
+# (bench/python_host_launch.py, run 257). torch's own generated code (inductor) reads it this
+# way; older or other builds without it take the public route.
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 

@@ -180,8 +180,9 @@ struct PreparedKey {
   friend bool operator==(const PreparedKey&, const PreparedKey&) = default;
 };
 
-// The function and CTA shape of (config, variant), remembered per context: the request's
-// strings cost ~0.5 us a call otherwise (bench_host_launch).
+// The function and CTA shape of (config, variant), remembered per context: building the
+// request's strings every call cost ~0.5-1.5 us (pre-dispatch alone, bench_host_launch, runs
+// 253-254).
 PreparedPreDispatch prepare_pre_dispatch(const MoEConfig& c, const PreDispatchVariant& variant) {
   CUcontext context = nullptr;
   MEGAMOE_CU(cuda::driver().cuCtxGetCurrent(&context));
