@@ -271,9 +271,8 @@ def _weight_views(w):
     return views
 
 
-def _run_nvfp4(buf: "SymmBuffer", fields, out, ranks, max_tokens_across_ranks):
-    """fields: the seven kernel-weight lists in _KERNEL_FIELDS order, one tensor per output."""
-    weights = [dict(zip(_KERNEL_FIELDS, (_arg(f[i]) for f in fields))) for i in range(len(out))]
+def _run_nvfp4(buf: "SymmBuffer", weights, out, ranks, max_tokens_across_ranks):
+    """weights: one per output, a dict of DLPack capsules or the extension's views of one."""
     _core.nvfp4_mega_moe(buf.core, weights, [_arg(o) for o in out], rank=list(ranks),
                          stream=_stream(out[0].device),
                          max_tokens_across_ranks=max_tokens_across_ranks)
@@ -285,9 +284,9 @@ def _nvfp4_op(buffer_id: int, memory: List[torch.Tensor], w13: List[torch.Tensor
               fc1_alpha: List[torch.Tensor], fc2_alpha: List[torch.Tensor],
               fc2_input_scale: List[torch.Tensor], out: List[torch.Tensor],
               ranks: List[int], max_tokens_across_ranks: int = 0) -> None:
-    _run_nvfp4(_buffer(buffer_id),
-               (w13, w13_sf, w2, w2_sf, fc1_alpha, fc2_alpha, fc2_input_scale), out, ranks,
-               max_tokens_across_ranks)
+    fields = (w13, w13_sf, w2, w2_sf, fc1_alpha, fc2_alpha, fc2_input_scale)
+    weights = [dict(zip(_KERNEL_FIELDS, (_arg(f[i]) for f in fields))) for i in range(len(out))]
+    _run_nvfp4(_buffer(buffer_id), weights, out, ranks, max_tokens_across_ranks)
 
 
 @_nvfp4_op.register_fake
@@ -333,9 +332,7 @@ def nvfp4_mega_moe(buffer: SymmBuffer, weights, num_tokens=None, out=None, ranks
     outs = _outputs(buffer, num_tokens, out, len(ws))
     max_tokens = int(max_tokens_across_ranks or 0)
     if _direct(outs[0]):
-        _core.nvfp4_mega_moe(buffer.core, [_weight_views(w) for w in ws], [_arg(o) for o in outs],
-                             rank=list(ranks), stream=_stream(outs[0].device),
-                             max_tokens_across_ranks=max_tokens)
+        _run_nvfp4(buffer, [_weight_views(w) for w in ws], outs, ranks, max_tokens)
         _written(buffer.memory)
         _written(outs)
         return outs[0] if single else outs
