@@ -26,6 +26,10 @@
 // twenty-seventh session the compiler kept decoded fragments of the pass-invariant words and
 // shared the repeated scale words, so mode 4 ran 447 instructions a pass at NT = 1 against the
 // kernel's 564 for the same four blocks, and read ~52 KB/us a SM where the kernel's body runs ~45.
+// Modes 2 and 5 keep each group's A registers live until the wait that ends it (wgmma_rs.cuh,
+// keep_a_live; thirty-first session): before, the compiler could hand them to the next decode
+// while the group still ran, so their sums were not checked results -- timings before run 269
+// stand for those loops only.
 // Standalone; build with
 //   nvcc -O3 -std=c++20 -gencode=arch=compute_90a,code=sm_90a -I kernels \
 //        -o mma_rate_probe bench/probes/mma_rate_probe.cu
@@ -43,12 +47,14 @@
 #include "megamoe/formats/nvfp4_fragment_decode.cuh"
 #include "megamoe/impls/sm90_nvfp4_mega_moe_pipelined.cuh"
 #include "probe_check.cuh"
+#include "wgmma_rs.cuh"
 
 using u32 = uint32_t;
 using u64 = uint64_t;
 namespace nvd = megamoe::device::nvfp4;
 namespace px = megamoe::device::ptx;
 namespace pipe = megamoe::device::nvfp4_pipe;
+using namespace wgmma_probe;
 
 #ifndef MMA_PROBE_WARPS
 #define MMA_PROBE_WARPS 16
@@ -65,70 +71,6 @@ constexpr int kTok = 32;         // token rows in shared memory (up to 4 groups 
 // [token group][k octet][8 rows][8 f16]. For mma.sync the same values are read as fragments.
 __device__ __forceinline__ int core_index(int tok, int k) {
   return ((tok >> 3) * (kK / 8) + (k >> 3)) * 64 + (tok & 7) * 8 + (k & 7);
-}
-
-__device__ __forceinline__ u64 make_desc(u32 saddr, u32 lbo, u32 sbo) {
-  u64 d = 0;
-  d |= static_cast<u64>((saddr >> 4) & 0x3FFF);
-  d |= static_cast<u64>((lbo >> 4) & 0x3FFF) << 16;
-  d |= static_cast<u64>((sbo >> 4) & 0x3FFF) << 32;
-  return d;  // base offset 0, layout 0 (no swizzle)
-}
-
-template <int N>
-struct Acc {
-  float v[N / 2];
-};
-
-__device__ __forceinline__ void wg_fence() {
-  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void wg_commit() {
-  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-template <int W>
-__device__ __forceinline__ void wg_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(W) : "memory");
-}
-
-template <int N>
-__device__ __forceinline__ void wgmma_rs(Acc<N>& d, u32 a0, u32 a1, u32 a2, u32 a3, u64 desc);
-
-template <>
-__device__ __forceinline__ void wgmma_rs<8>(Acc<8>& d, u32 a0, u32 a1, u32 a2, u32 a3, u64 desc) {
-  asm volatile(
-      "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 {%0,%1,%2,%3}, {%4,%5,%6,%7}, %8, 1, 1, "
-      "1, 0;"
-      : "+f"(d.v[0]), "+f"(d.v[1]), "+f"(d.v[2]), "+f"(d.v[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc));
-}
-template <>
-__device__ __forceinline__ void wgmma_rs<16>(Acc<16>& d, u32 a0, u32 a1, u32 a2, u32 a3, u64 desc) {
-  asm volatile(
-      "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7}, "
-      "{%8,%9,%10,%11}, %12, 1, 1, 1, 0;"
-      : "+f"(d.v[0]), "+f"(d.v[1]), "+f"(d.v[2]), "+f"(d.v[3]), "+f"(d.v[4]), "+f"(d.v[5]),
-        "+f"(d.v[6]), "+f"(d.v[7])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc));
-}
-template <>
-__device__ __forceinline__ void wgmma_rs<24>(Acc<24>& d, u32 a0, u32 a1, u32 a2, u32 a3, u64 desc) {
-  asm volatile(
-      "wgmma.mma_async.sync.aligned.m64n24k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11}, "
-      "{%12,%13,%14,%15}, %16, 1, 1, 1, 0;"
-      : "+f"(d.v[0]), "+f"(d.v[1]), "+f"(d.v[2]), "+f"(d.v[3]), "+f"(d.v[4]), "+f"(d.v[5]),
-        "+f"(d.v[6]), "+f"(d.v[7]), "+f"(d.v[8]), "+f"(d.v[9]), "+f"(d.v[10]), "+f"(d.v[11])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc));
-}
-template <>
-__device__ __forceinline__ void wgmma_rs<32>(Acc<32>& d, u32 a0, u32 a1, u32 a2, u32 a3, u64 desc) {
-  asm volatile(
-      "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,"
-      "%12,%13,%14,%15}, {%16,%17,%18,%19}, %20, 1, 1, 1, 0;"
-      : "+f"(d.v[0]), "+f"(d.v[1]), "+f"(d.v[2]), "+f"(d.v[3]), "+f"(d.v[4]), "+f"(d.v[5]),
-        "+f"(d.v[6]), "+f"(d.v[7]), "+f"(d.v[8]), "+f"(d.v[9]), "+f"(d.v[10]), "+f"(d.v[11]),
-        "+f"(d.v[12]), "+f"(d.v[13]), "+f"(d.v[14]), "+f"(d.v[15])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc));
 }
 
 // The decode through the hardware e4m3 -> f16 conversion (timing only: the bit layout is not the
@@ -325,6 +267,38 @@ __device__ void copier(CopyRing& r, const unsigned char* src, size_t slice, long
   }
 }
 
+template <int G>
+__device__ __forceinline__ void keep_live(nvd::HalfFragment (&f)[G]) {
+#pragma unroll
+  for (int i = 0; i < G; ++i) keep_a_live(f[i].a0, f[i].a1, f[i].a2, f[i].a3);
+}
+
+// G k16 steps from q0 as one wgmma group (modes 2: G = 1, and 5: G = 4): decode into `f`, one
+// fence, the wgmmas, one commit, wait_group 1 -- which ends the group before, whose operands
+// `prev` stay live until then.
+template <int NT, int G>
+__device__ __forceinline__ void wgmma_steps(const Shared& s, int dw, nvd::HalfFragment (&f)[G],
+                                            nvd::HalfFragment (&prev)[G], Acc<8 * NT>& wacc,
+                                            u32 tok_base, int q0, u32 lbo, u32 sbo) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int i = 0; i < G; ++i) {
+    const int q = q0 + i;
+    f[i] = nvd::decode_weight_word(word_at(s, dw, q, lane),
+                                   nvd::scale_pair(s.scales[dw][q >> 2][lane], (q & 1) != 0));
+  }
+  wg_fence();
+#pragma unroll
+  for (int i = 0; i < G; ++i) {
+    // Step q: core matrices (group, octets 2q and 2q + 1).
+    wgmma_rs<8 * NT>(wacc, f[i].a0, f[i].a1, f[i].a2, f[i].a3,
+                     make_desc(tok_base + (q0 + i) * 2 * 128, lbo, sbo));
+  }
+  wg_commit();
+  wg_wait<1>();
+  keep_live(prev);
+}
+
 // Mode 0: mma.sync, NT groups. Mode 1: wgmma N = 8 NT, A from registers (2: one group in
 // flight). Mode 3: mode 0 with the e4m3-conversion decode. Mode 4: the wide kernel's block body
 // (nvfp4_pipe::block_mma); `live_rows` < 8 (NT = 1): lanes of token rows at or past it read row
@@ -344,6 +318,9 @@ __global__ void __launch_bounds__(kWarps * 32 + (COPY > 0 ? 32 : 0), 1)
     px::fence_mbarrier_init();
   }
   fill(s, seed);
+  // The wgmma modes read the token chunk through the async proxy: the generic stores of `fill`
+  // are made visible to it first (without this fence the prefill probe's wgmma sums were wrong).
+  px::fence_proxy_async_shared();
   __syncthreads();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   if (COPY && warp == kWarps) {
@@ -354,6 +331,9 @@ __global__ void __launch_bounds__(kWarps * 32 + (COPY > 0 ? 32 : 0), 1)
   const int dw = warp % kDataWarps;  // the warp whose words and scales this one reads
   float acc[NT][4] = {};
   Acc<8 * NT> wacc = {};
+  // Modes 2 and 5: the A operands of alternate steps (groups of 4 steps), each kept live until
+  // the wait that ends its group (wgmma_rs.cuh, keep_a_live).
+  nvd::HalfFragment f2a[1] = {}, f2b[1] = {}, f5a[4] = {}, f5b[4] = {};
   const u32 tok_base = static_cast<u32>(__cvta_generic_to_shared(s.tok));
   const long long c0 = clock64();
   const u64 n0 = px::globaltimer_ns();
@@ -378,23 +358,16 @@ __global__ void __launch_bounds__(kWarps * 32 + (COPY > 0 ? 32 : 0), 1)
         pipe::block_mma<kK, NT>(words, scw, bl + d * 128, acc);
       }
     } else if constexpr (MODE == 5) {
+#pragma unroll 1
+      for (int q0 = 0; q0 < kSteps; q0 += 8) {
+        wgmma_steps<NT, 4>(s, dw, f5a, f5b, wacc, tok_base, q0, lbo, sbo);
+        wgmma_steps<NT, 4>(s, dw, f5b, f5a, wacc, tok_base, q0 + 4, lbo, sbo);
+      }
+    } else if constexpr (MODE == 2) {
 #pragma unroll 2
-      for (int q0 = 0; q0 < kSteps; q0 += 4) {
-        nvd::HalfFragment f[4];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int q = q0 + i;
-          f[i] = nvd::decode_weight_word(word_at(s, dw, q, lane),
-                                         nvd::scale_pair(s.scales[dw][q >> 2][lane], (q & 1) != 0));
-        }
-        wg_fence();
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          wgmma_rs<8 * NT>(wacc, f[i].a0, f[i].a1, f[i].a2, f[i].a3,
-                           make_desc(tok_base + (q0 + i) * 2 * 128, lbo, sbo));
-        }
-        wg_commit();
-        wg_wait<1>();  // the previous 4 steps' A registers are free again
+      for (int q = 0; q < kSteps; q += 2) {
+        wgmma_steps<NT, 1>(s, dw, f2a, f2b, wacc, tok_base, q, lbo, sbo);
+        wgmma_steps<NT, 1>(s, dw, f2b, f2a, wacc, tok_base, q + 1, lbo, sbo);
       }
     } else {
 #pragma unroll 4
@@ -420,18 +393,17 @@ __global__ void __launch_bounds__(kWarps * 32 + (COPY > 0 ? 32 : 0), 1)
           wg_fence();
           wgmma_rs<8 * NT>(wacc, f.a0, f.a1, f.a2, f.a3, desc);
           wg_commit();
-          if constexpr (MODE == 1) {
-            wg_wait<0>();
-          } else {
-            // One group in flight: this step's A registers stay live until the next step's wait.
-            wg_wait<1>();
-          }
+          wg_wait<0>();  // mode 1
         }
       }
     }
   }
   if constexpr (MODE == 1 || MODE == 2 || MODE == 5) {
     wg_wait<0>();
+    keep_live(f2a);
+    keep_live(f2b);
+    keep_live(f5a);
+    keep_live(f5b);
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
