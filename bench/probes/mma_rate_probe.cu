@@ -527,15 +527,6 @@ Rate run(int sms, int passes, u32 lbo, u32 sbo, std::vector<float>& out, int liv
   return best;
 }
 
-double rel_l2(const std::vector<float>& x, const std::vector<float>& y) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    num += (static_cast<double>(x[i]) - y[i]) * (static_cast<double>(x[i]) - y[i]);
-    den += static_cast<double>(x[i]) * x[i];
-  }
-  return den > 0 ? std::sqrt(num / den) : -1.0;
-}
-
 void print(const char* what, int nt, const Rate& r, double rel) {
   // A word is 256 weights = 144 bytes of NVFP4 with scales: KB/us per SM of decode capacity.
   std::printf("NT=%d %-34s %6.2f cyc/word/sched  %7.4f ns/word/SM  %5.1f KB/us/SM  %.2f GHz", nt,

@@ -235,15 +235,6 @@ Rate run(int sms, int passes, std::vector<float>& out, u32 lbo = kKStride, u32 s
   return best;
 }
 
-double rel_l2(const std::vector<float>& x, const std::vector<float>& y) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    num += (static_cast<double>(x[i]) - y[i]) * (static_cast<double>(x[i]) - y[i]);
-    den += static_cast<double>(x[i]) * x[i];
-  }
-  return den > 0 ? std::sqrt(num / den) : -1.0;
-}
-
 // The largest |mode - reference| over CTA 0's outputs of one pass, relative to the largest
 // |reference|: the reference sums the dumped weights times the tokens (fill's formula) in double.
 template <int MODE, int N>
@@ -299,18 +290,14 @@ void compare(int sms, int passes) {
   std::printf("PREFILLCORE N=%d %-40s %6.1f TFLOP/s  %6.1f KB/us/SM of weights\n", N,
               "mma.sync m16n8k16 after the decode", r2.tflops, r2.weight_kb_per_us_sm);
   // The descriptor's offsets as the checks above found them: LBO the K-direction stride.
-  const Rate r0 = run<0, N>(sms, passes, out);
-  std::printf(
-      "PREFILLCORE N=%d %-40s %6.1f TFLOP/s  %6.1f KB/us/SM of weights  rel-L2 vs "
-      "mma.sync %.3g\n",
-      N, "wgmma after the decode, 1 group in flight", r0.tflops, r0.weight_kb_per_us_sm,
-      rel_l2(ref, out));
-  const Rate r3 = run<3, N>(sms, passes, out);
-  std::printf(
-      "PREFILLCORE N=%d %-40s %6.1f TFLOP/s  %6.1f KB/us/SM of weights  rel-L2 vs "
-      "mma.sync %.3g\n",
-      N, "wgmma after the decode, wait_group 0", r3.tflops, r3.weight_kb_per_us_sm,
-      rel_l2(ref, out));
+  auto wgmma_row = [&](const char* what, const Rate& r) {
+    std::printf(
+        "PREFILLCORE N=%d %-40s %6.1f TFLOP/s  %6.1f KB/us/SM of weights  rel-L2 vs "
+        "mma.sync %.3g\n",
+        N, what, r.tflops, r.weight_kb_per_us_sm, rel_l2(ref, out));
+  };
+  wgmma_row("wgmma after the decode, 1 group in flight", run<0, N>(sms, passes, out));
+  wgmma_row("wgmma after the decode, wait_group 0", run<3, N>(sms, passes, out));
   const Rate r1 = run<1, N>(sms, passes, out);
   std::printf("PREFILLCORE N=%d %-40s %6.1f TFLOP/s  %6.1f KB/us/SM of weights\n", N,
               "wgmma, constant A (no decode)", r1.tflops, r1.weight_kb_per_us_sm);

@@ -4,7 +4,10 @@
 // no-swizzle descriptor. A K-major B of 8 x 8 core matrices takes the K-direction core-matrix
 // stride as its leading byte offset and the N-direction stride as its stride byte offset
 // (bench/NOTES.md, eighteenth session: relative L2 0 against mma.sync).
+#include <cmath>
+#include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace wgmma_probe {
 
@@ -107,6 +110,17 @@ __device__ __forceinline__ void wgmma_rs<128>(Acc<128>& d, u32 a0, u32 a1, u32 a
         "+f"(d.v[54]), "+f"(d.v[55]), "+f"(d.v[56]), "+f"(d.v[57]), "+f"(d.v[58]), "+f"(d.v[59]),
         "+f"(d.v[60]), "+f"(d.v[61]), "+f"(d.v[62]), "+f"(d.v[63])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc));
+}
+
+// Host side: relative L2 distance of y from x (-1 where x is all zero), how the probes compare
+// a wgmma form's sums with mma.sync's.
+inline double rel_l2(const std::vector<float>& x, const std::vector<float>& y) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    num += (static_cast<double>(x[i]) - y[i]) * (static_cast<double>(x[i]) - y[i]);
+    den += static_cast<double>(x[i]) * x[i];
+  }
+  return den > 0 ? std::sqrt(num / den) : -1.0;
 }
 
 }  // namespace wgmma_probe
