@@ -319,7 +319,8 @@ __global__ void __launch_bounds__(kWarps * 32 + (COPY > 0 ? 32 : 0), 1)
   }
   fill(s, seed);
   // The wgmma modes read the token chunk through the async proxy: the generic stores of `fill`
-  // are made visible to it first (without this fence the prefill probe's wgmma sums were wrong).
+  // are made visible to it first, as the PTX memory model asks (missing before the thirty-first
+  // session).
   px::fence_proxy_async_shared();
   __syncthreads();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;

@@ -10,9 +10,12 @@
 //      one group in flight;
 //   1  the same wgmmas with constant A fragments: the register-A form's ceiling without decode;
 //   2  mma.sync m16n8k16 over N / 8 token groups after the same decode (the kernels' MMA form
-//      with more groups).
-// Modes 0 and 2 compute the same sums (relative L2 printed): the descriptor and fragment layouts
-// a prefill kernel would use are checked here.
+//      with more groups);
+//   3  mode 0 with wait_group 0 after each group (nothing in flight).
+// Before timing, one pass of modes 0, 2 and 3 on CTA 0 is checked against double sums of the
+// decoded weights (`dump_weights`) times the tokens, with both readings of the descriptor's
+// offsets; the timed modes 0 and 3 print their relative L2 against mode 2. Each group's register
+// A operands are kept live until the wait that ends it (wgmma_rs.cuh, keep_a_live).
 // Standalone; build and run on the GPU machine:
 //   nvcc -O3 -std=c++20 -gencode=arch=compute_90a,code=sm_90a -I kernels \
 //        -o prefill_core_probe bench/probes/prefill_core_probe.cu && ./prefill_core_probe

@@ -1,9 +1,9 @@
 #pragma once
 // wgmma with the A operand from registers, for the standalone probes (mma_rate_probe.cu,
-// prefill_core_probe.cu): f16 inputs, f32 accumulators, B from shared memory through a
-// no-swizzle descriptor. A K-major B of 8 x 8 core matrices takes the K-direction core-matrix
-// stride as its leading byte offset and the N-direction stride as its stride byte offset
-// (bench/NOTES.md, eighteenth session: relative L2 0 against mma.sync).
+// prefill_core_probe.cu, prefill_stream_probe.cu): f16 inputs, f32 accumulators, B from shared
+// memory through a no-swizzle descriptor. A K-major B of 8 x 8 core matrices takes the K-direction
+// core-matrix stride as its leading byte offset and the N-direction stride as its stride byte
+// offset (bench/NOTES.md, eighteenth session: relative L2 0 against mma.sync).
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
