@@ -52,13 +52,14 @@ constexpr int kConsumerWarps = 8;
 constexpr u32 kKStride = 128;              // core matrices adjacent in K
 constexpr u32 kNStride = (128 / 8) * 128;  // core matrices adjacent in N (one chunk's octets)
 
+// Stage layout: row group r's nibbles at r x 1152, its scales at r x 1152 + 1024; the token
+// chunk at kWeightStage.
 struct Shared {
   alignas(128) unsigned char ring[kStages][kStageBytes];
   unsigned long long full[kStages], empty[kStages];
 };
 
-// Stage layout: row group r's nibbles at r x 1152, its scales at r x 1152 + 1024; the token
-// chunk at kWeightStage.
+// The fragments stay unchanged in their registers up to here (wgmma_rs.cuh, keep_a_live).
 template <int G>
 __device__ __forceinline__ void keep_live(nvd::HalfFragment (&f)[G]) {
 #pragma unroll
