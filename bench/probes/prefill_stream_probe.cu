@@ -14,7 +14,7 @@
 //   * consumer warps (8): each decodes its two row groups' words (one per m64 half) a k16 step
 //     into wgmma's register A operand; per k16 step one fence, two m64n128k16, one commit,
 //     wait_group 1 (the operands of the step before kept live until then); at a stage's end
-//     wait_group 0, then every thread releases the stage.
+//     wait_group 0, then every thread releases the stage (DEFER: one group later).
 // Standalone; build and run on the GPU machine:
 //   nvcc -O3 -std=c++20 -gencode=arch=compute_90a,code=sm_90a -I kernels \
 //        -o prefill_stream_probe bench/probes/prefill_stream_probe.cu && ./prefill_stream_probe
@@ -69,7 +69,10 @@ __device__ __forceinline__ void keep_live(nvd::HalfFragment (&f)[G]) {
 // SETMAXNREG: the producer is a whole warpgroup (one warp of it copies) that gives its registers
 // to the consumers (setmaxnreg 40 / 232), instead of one warp beside them (288 threads: 224
 // registers a thread at most, where ptxas serializes the wgmmas for want of registers).
-template <bool SETMAXNREG>
+// DEFER: no wait_group 0 at a stage's end; the stage is released after the next stage's first
+// wait_group 1 (which ends every group of the stage before), so one group stays in flight across
+// stage boundaries; wait_group 0 only at a tile's end.
+template <bool SETMAXNREG, bool DEFER>
 __global__ void __launch_bounds__(SETMAXNREG ? 384 : (kConsumerWarps + 1) * 32, 1)
     prefill_stream(const unsigned char* w13, const unsigned char* w13_sf, const uint16_t* tokens,
                    int tiles, float* sink) {
@@ -127,6 +130,7 @@ __global__ void __launch_bounds__(SETMAXNREG ? 384 : (kConsumerWarps + 1) * 32, 
   float checksum = 0;
   int stage = 0;
   unsigned round = 0;
+  int pending = -1;  // DEFER: the stage read by groups that may still run
   for (int j = blockIdx.x; j < tiles; j += gridDim.x) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -142,6 +146,7 @@ __global__ void __launch_bounds__(SETMAXNREG ? 384 : (kConsumerWarps + 1) * 32, 
       // lane's words of steps 0..3 at lane x 16, of 4..7 512 bytes on; scale word step / 2 of its
       // quad's 16 bytes), the decode, one fence, two m64n128k16, one commit, wait_group 1.
       auto group = [&](nvd::HalfFragment(&f)[2], nvd::HalfFragment(&prev)[2], int step) {
+        const bool first = step == 0;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const unsigned char* blk = st + rg[h] * 1152;
@@ -160,20 +165,35 @@ __global__ void __launch_bounds__(SETMAXNREG ? 384 : (kConsumerWarps + 1) * 32, 
         wg_commit();
         wg_wait<1>();
         keep_live(prev);
+        if (DEFER && first && pending >= 0) {
+          px::mbarrier_arrive(&s.empty[pending]);
+          pending = -1;
+        }
       };
 #pragma unroll
       for (int step = 0; step < 8; step += 2) {
         group(fa, fb, step);
         group(fb, fa, step + 1);
       }
-      wg_wait<0>();  // the stage's token chunk is read by wgmma until here
-      keep_live(fa);
-      keep_live(fb);
-      px::mbarrier_arrive(&s.empty[stage]);
+      if constexpr (DEFER) {
+        pending = stage;
+      } else {
+        wg_wait<0>();  // the stage's token chunk is read by wgmma until here
+        keep_live(fa);
+        keep_live(fb);
+        px::mbarrier_arrive(&s.empty[stage]);
+      }
       if (++stage == kStages) {
         stage = 0;
         ++round;
       }
+    }
+    if constexpr (DEFER) {
+      wg_wait<0>();
+      keep_live(fa);
+      keep_live(fb);
+      px::mbarrier_arrive(&s.empty[pending]);
+      pending = -1;
     }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -251,7 +271,8 @@ int main() {
         (wbytes + sbytes) / (t * 1e-3) / 1e12, tok_elems * 2.0 * kSlices / 1e9, kSlices);
     std::fflush(stdout);
   };
-  time_form(prefill_stream<false>, (kConsumerWarps + 1) * 32, "producer warp (288 threads)");
-  time_form(prefill_stream<true>, 384, "producer warpgroup, setmaxnreg 40 / 232");
+  time_form(prefill_stream<false, false>, (kConsumerWarps + 1) * 32, "producer warp (288 threads)");
+  time_form(prefill_stream<true, false>, 384, "producer warpgroup, setmaxnreg 40 / 232");
+  time_form(prefill_stream<true, true>, 384, "setmaxnreg, stages released one group late");
   return 0;
 }
