@@ -267,12 +267,6 @@ __device__ void copier(CopyRing& r, const unsigned char* src, size_t slice, long
   }
 }
 
-template <int G>
-__device__ __forceinline__ void keep_live(nvd::HalfFragment (&f)[G]) {
-#pragma unroll
-  for (int i = 0; i < G; ++i) keep_a_live(f[i].a0, f[i].a1, f[i].a2, f[i].a3);
-}
-
 // G k16 steps from q0 as one wgmma group (modes 2: G = 1, and 5: G = 4): decode into `f`, one
 // fence, the wgmmas, one commit, wait_group 1 -- which ends the group before, whose operands
 // `prev` stay live until then.

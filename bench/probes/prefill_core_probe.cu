@@ -73,12 +73,6 @@ __device__ void fill(Shared& s) {
   }
 }
 
-// The fragments stay unchanged in their registers up to here (wgmma_rs.cuh, keep_a_live).
-__device__ __forceinline__ void keep_live(nvd::HalfFragment (&f)[4]) {
-#pragma unroll
-  for (int i = 0; i < 4; ++i) keep_a_live(f[i].a0, f[i].a1, f[i].a2, f[i].a3);
-}
-
 // Four k16 steps from q0: decode into `f` (modes 0, 3; mode 1 takes the constant fragment), one
 // fence, the wgmmas, one commit, then the wait: wait_group 1 (mode 0, 1) leaves this group in
 // flight and ends the previous one, whose operands `prev` are kept live until here.

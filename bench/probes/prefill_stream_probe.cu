@@ -28,7 +28,6 @@
 
 #include "megamoe/formats/nvfp4_fragment_decode.cuh"
 #include "megamoe/ptx/bulk_copy.cuh"
-#include "megamoe/ptx/vector_memory.cuh"
 #include "probe_check.cuh"
 #include "wgmma_rs.cuh"
 
@@ -58,13 +57,6 @@ struct Shared {
   alignas(128) unsigned char ring[kStages][kStageBytes];
   unsigned long long full[kStages], empty[kStages];
 };
-
-// The fragments stay unchanged in their registers up to here (wgmma_rs.cuh, keep_a_live).
-template <int G>
-__device__ __forceinline__ void keep_live(nvd::HalfFragment (&f)[G]) {
-#pragma unroll
-  for (int i = 0; i < G; ++i) keep_a_live(f[i].a0, f[i].a1, f[i].a2, f[i].a3);
-}
 
 // SETMAXNREG: the producer is a whole warpgroup (one warp of it copies) that gives its registers
 // to the consumers (setmaxnreg 40 / 232), instead of one warp beside them (288 threads: 224

@@ -46,6 +46,12 @@ __device__ __forceinline__ void wg_wait() {
 __device__ __forceinline__ void keep_a_live(u32& a0, u32& a1, u32& a2, u32& a3) {
   asm volatile("" : "+r"(a0), "+r"(a1), "+r"(a2), "+r"(a3));
 }
+// The same for G fragments of registers a0..a3 (the kernels' nvfp4::HalfFragment).
+template <class Fragment, int G>
+__device__ __forceinline__ void keep_live(Fragment (&f)[G]) {
+#pragma unroll
+  for (int i = 0; i < G; ++i) keep_a_live(f[i].a0, f[i].a1, f[i].a2, f[i].a3);
+}
 
 template <int N>
 __device__ __forceinline__ void wgmma_rs(Acc<N>& d, u32 a0, u32 a1, u32 a2, u32 a3, u64 desc);
